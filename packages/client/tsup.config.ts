@@ -1,0 +1,28 @@
+import { defineConfig, type Options } from 'tsup'
+
+const entry = {
+  index: 'src/index.ts',
+  idb: 'src/stores/idb.ts',
+  node: 'src/stores/node.ts',
+  'react-native': 'src/stores/async-storage.ts',
+}
+
+const common: Options = {
+  entry,
+  dts: true,
+  sourcemap: true,
+  target: 'es2022',
+  // Workspace siblings are bundled so the published package does not depend on their build layout.
+  noExternal: ['@oncely/protocol'],
+}
+
+export default defineConfig([
+  { ...common, format: ['esm'], platform: 'neutral' },
+  // ky, p-retry and uuid ship ESM only; bundling them into the CJS build lets require('@oncely/client') work.
+  {
+    ...common,
+    format: ['cjs'],
+    platform: 'neutral',
+    noExternal: ['@oncely/protocol', 'ky', 'p-retry', 'uuid', 'is-network-error', 'idb-keyval'],
+  },
+])

@@ -1,0 +1,152 @@
+import { createHash } from 'node:crypto'
+import { describe, expect, it } from 'vitest'
+import {
+  canonicalJson,
+  fingerprintMaterial,
+  formatRetryAfter,
+  isProblemDetails,
+  JsonSyntaxError,
+  parseIdempotencyKey,
+  parseRetryAfter,
+  parseStrictJson,
+  problem,
+  requestFingerprint,
+  sha256Hex,
+} from '../src/index.js'
+
+describe('parseIdempotencyKey', () => {
+  it('accepts bare and RFC 8941 quoted keys', () => {
+    expect(parseIdempotencyKey('abc-123')).toEqual({ ok: true, key: 'abc-123' })
+    expect(parseIdempotencyKey('"abc-123"')).toEqual({ ok: true, key: 'abc-123' })
+    expect(parseIdempotencyKey('"a\\"b\\\\c"')).toEqual({ ok: true, key: 'a"b\\c' })
+    expect(parseIdempotencyKey(['only-one'])).toEqual({ ok: true, key: 'only-one' })
+  })
+
+  it('has distinct codes for missing, malformed, too long and repeated keys', () => {
+    expect(parseIdempotencyKey(undefined)).toMatchObject({ ok: false, code: 'idempotency_key_missing' })
+    expect(parseIdempotencyKey('')).toMatchObject({ ok: false, code: 'idempotency_key_malformed' })
+    expect(parseIdempotencyKey('"unterminated')).toMatchObject({
+      ok: false,
+      code: 'idempotency_key_malformed',
+    })
+    expect(parseIdempotencyKey('"bad\\x"')).toMatchObject({ ok: false, code: 'idempotency_key_malformed' })
+    expect(parseIdempotencyKey('ключ')).toMatchObject({ ok: false, code: 'idempotency_key_malformed' })
+    expect(parseIdempotencyKey('a'.repeat(255))).toMatchObject({ ok: true })
+    expect(parseIdempotencyKey('a'.repeat(256))).toMatchObject({
+      ok: false,
+      code: 'idempotency_key_too_long',
+    })
+    expect(parseIdempotencyKey('k1, k2')).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
+    expect(parseIdempotencyKey(['k1', 'k2'])).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
+    expect(parseIdempotencyKey('"k1", "k2"')).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
+  })
+})
+
+describe('strict JSON and canonical JSON', () => {
+  it('sorts keys and drops whitespace (RFC 8785)', () => {
+    const a = parseStrictJson('{ "b": 1, "a": { "d": [1, 2.5, "x"], "c": null } }')
+    const b = parseStrictJson('{"a":{"c":null,"d":[1,2.5,"x"]},"b":1}')
+    expect(canonicalJson(a)).toBe('{"a":{"c":null,"d":[1,2.5,"x"]},"b":1}')
+    expect(canonicalJson(a)).toBe(canonicalJson(b))
+  })
+
+  it('matches the RFC 8785 number and string serialisation', () => {
+    expect(canonicalJson([123.456, 1e-7, -0, 0.1, 'é\u2028', '\u0001'])).toBe(
+      '[123.456,1e-7,0,0.1,"é\u2028","\\u0001"]',
+    )
+    expect(canonicalJson({ '\u20ac': 1, '\r': 2, '1': 3, '\ud83d\ude00': 4 })).toBe(
+      '{"\\r":2,"1":3,"€":1,"😀":4}',
+    )
+  })
+
+  it('rejects duplicate member names and unsafe integers', () => {
+    expect(() => parseStrictJson('{"a":1,"a":2}')).toThrow(/Duplicate member name "a"/)
+    expect(() => parseStrictJson('{"x":{"a":1,"b":{"a":1},"a":3}}')).toThrow(JsonSyntaxError)
+    expect(() => parseStrictJson('{"amount":9007199254740993}')).toThrow(/2\^53/)
+    expect(() => parseStrictJson('1e300')).toThrow(/2\^53/)
+    expect(parseStrictJson('9007199254740991')).toBe(9007199254740991)
+    expect(() => canonicalJson({ n: 2 ** 60 })).toThrow(JsonSyntaxError)
+    expect(() => canonicalJson({ n: Number.NaN })).toThrow(JsonSyntaxError)
+  })
+
+  it('parses what JSON.parse parses, including escapes and __proto__ as data', () => {
+    const samples = ['"a\\nb\\u00e9\\""', '[]', '{}', '[true,false,null]', '-0.5e-3', '{"__proto__":{"x":1}}']
+    for (const text of samples) expect(parseStrictJson(text)).toEqual(JSON.parse(text))
+    const parsed = parseStrictJson('{"__proto__":{"polluted":true}}') as Record<string, unknown>
+    expect(Object.getPrototypeOf(parsed)).toBe(Object.prototype)
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined()
+  })
+
+  it('rejects malformed JSON with a position', () => {
+    for (const text of ['', '{', '[1,]', '{"a" 1}', '01', '1.', 'tru', '"\u0001"', '{} x', '"\\q"']) {
+      expect(() => parseStrictJson(text), text).toThrow(JsonSyntaxError)
+    }
+  })
+})
+
+describe('fingerprint', () => {
+  it('is the same for canonically equal bodies and differs otherwise', () => {
+    const base = { method: 'post', route: '/v1/payments' }
+    const a = requestFingerprint({ ...base, body: { amount: 100, currency: 'eur' } })
+    expect(requestFingerprint({ ...base, body: { currency: 'eur', amount: 100 } })).toBe(a)
+    expect(requestFingerprint({ ...base, body: { currency: 'eur', amount: 101 } })).not.toBe(a)
+    expect(
+      requestFingerprint({ ...base, route: '/v1/refunds', body: { amount: 100, currency: 'eur' } }),
+    ).not.toBe(a)
+    expect(requestFingerprint({ ...base, body: { amount: 100, currency: 'eur' }, query: {} })).not.toBe(a)
+  })
+
+  it('uses a SHA-256 that agrees with node:crypto', () => {
+    for (const text of ['', 'abc', 'é'.repeat(1000), 'x'.repeat(55), 'x'.repeat(56), 'x'.repeat(64)]) {
+      expect(sha256Hex(text)).toBe(createHash('sha256').update(text).digest('hex'))
+    }
+    const material = fingerprintMaterial({ method: 'POST', route: '/r', body: { a: 1 } })
+    expect(requestFingerprint({ method: 'POST', route: '/r', body: { a: 1 } })).toBe(
+      createHash('sha256').update(material).digest('hex'),
+    )
+  })
+})
+
+describe('Retry-After', () => {
+  it('parses delta-seconds and HTTP-dates against the response Date', () => {
+    expect(parseRetryAfter('3')).toBe(3000)
+    expect(parseRetryAfter(' 0 ')).toBe(0)
+    expect(parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT', { date: 'Wed, 21 Oct 2015 07:27:58 GMT' })).toBe(
+      2000,
+    )
+    // A client clock 1 hour off does not matter when the response has a Date header.
+    const now = Date.parse('Wed, 21 Oct 2015 08:27:58 GMT')
+    expect(
+      parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT', { date: 'Wed, 21 Oct 2015 07:27:58 GMT', now }),
+    ).toBe(2000)
+    expect(
+      parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT', { now: Date.parse('Wed, 21 Oct 2015 07:27:59 GMT') }),
+    ).toBe(1000)
+    expect(parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT', { now })).toBe(0)
+    expect(parseRetryAfter('soon')).toBeUndefined()
+    expect(parseRetryAfter('-1')).toBeUndefined()
+    expect(parseRetryAfter(undefined)).toBeUndefined()
+  })
+
+  it('formats at least one whole second, rounded up', () => {
+    expect(formatRetryAfter(0)).toBe('1')
+    expect(formatRetryAfter(1)).toBe('1')
+    expect(formatRetryAfter(1001)).toBe('2')
+    expect(formatRetryAfter(Number.NaN)).toBe('1')
+  })
+})
+
+describe('problem', () => {
+  it('builds RFC 9457 problem details with a stable type and code', () => {
+    const details = problem('idempotency_key_reused', 'Use a new key for a new request.')
+    expect(details).toEqual({
+      type: 'urn:oncely:problem:idempotency_key_reused',
+      title: 'Idempotency-Key was already used with a different request',
+      status: 422,
+      detail: 'Use a new key for a new request.',
+      code: 'idempotency_key_reused',
+    })
+    expect(isProblemDetails(details)).toBe(true)
+    expect(isProblemDetails({ message: 'x' })).toBe(false)
+  })
+})
