@@ -1,0 +1,395 @@
+/**
+ * The checker: a pure function of the history and the final database. It never looks at logs or timing, only at
+ * what clients were told and what the ledger holds, so the same inputs always give the same verdict.
+ *
+ * Effects are tied to intents by `(tenant, reference)`: the generator sets each request's `reference` to its
+ * intent id (a `reordered` probe keeps its original's reference; a `changed-payload` probe gets its own).
+ */
+import { canonicalJson } from '@oncely/protocol'
+import type { AttemptEvent, DrainEvent, HistoryEvent, IntentEvent, ObservedResponse } from './history.js'
+
+/** A row of the demo's `payments` table. */
+export interface PaymentRow {
+  id: string
+  tenantId: string
+  amount: number
+  currency: string
+  reference: string | null
+  chargeId: string | null
+}
+
+/** A charge recorded by the simulated provider. */
+export interface ChargeRow {
+  id: string
+  tenantId: string
+  amount: number
+  currency: string
+  reference: string | null
+}
+
+/** A row of the server's idempotency key table, with the stored response when it has one. */
+export interface KeyRow {
+  tenantId: string
+  key: string
+  /** `in_progress`, `succeeded`, `failed_permanent`, ... as the server names them. */
+  state: string
+  responseStatus: number | null
+  responseBody: unknown
+}
+
+/** A row of the demo's outbox; `paymentId` is the payment it announces. */
+export interface OutboxRow {
+  id: string
+  paymentId: string | null
+}
+
+/** The ledger after the run, read once everything has healed and drained. */
+export interface FinalDb {
+  payments: PaymentRow[]
+  charges: ChargeRow[]
+  keys: KeyRow[]
+  outbox: OutboxRow[]
+}
+
+/**
+ * Jepsen-style outcome of one intent, judged by its effects:
+ * - `ok`: what the client was told matches the ledger.
+ * - `recovered`: consistent, after an indeterminate step (a timeout, a crash, a resume).
+ * - `aborted`: never acknowledged, no effect, not pending: the client died before the intent was durable.
+ * - `lost`: acknowledged as created, but no effect.
+ * - `duplicated`: more than one payment or provider charge.
+ * - `unexpected`: an effect although the outcome was a definite failure.
+ */
+export type IntentClass = 'ok' | 'recovered' | 'aborted' | 'lost' | 'duplicated' | 'unexpected'
+
+export const INTENT_CLASSES: readonly IntentClass[] = [
+  'ok',
+  'recovered',
+  'aborted',
+  'lost',
+  'duplicated',
+  'unexpected',
+]
+
+/** The rules of issue 6, one name each; docs/chaos.md explains them. */
+export type Rule =
+  | 'duplicate-payment'
+  | 'duplicate-charge'
+  | 'lost-acknowledged'
+  | 'acks-disagree'
+  | 'ack-differs-from-stored'
+  | 'ack-differs-from-effect'
+  | 'effect-after-failure'
+  | 'effect-without-intent'
+  | 'effect-differs-from-request'
+  | 'outbox-mismatch'
+  | 'payload-mismatch-accepted'
+  | 'unsettled-intent'
+  | 'key-in-flight'
+
+export interface Violation {
+  rule: Rule
+  message: string
+  intent?: string
+  key?: string
+  /** History lines (event indices) that show it. */
+  lines: number[]
+  /** Ledger rows that show it. */
+  rows?: unknown[]
+}
+
+export interface CheckResult {
+  valid: boolean
+  classes: Record<string, IntentClass>
+  counts: Record<IntentClass, number>
+  violations: Violation[]
+}
+
+/** Responses the server stores and must replay verbatim: successes and permanent business refusals (402). */
+export function isStoredOutcome(status: number): boolean {
+  return (status >= 200 && status < 300) || status === 402
+}
+
+interface Intent {
+  id: string
+  tenant: string
+  key: string
+  invoke: IntentEvent
+  events: Array<IntentEvent | AttemptEvent>
+}
+
+const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b)
+const scoped = (tenant: string, name: string | null) => `${tenant}\u0000${name ?? ''}`
+
+/** Checks a history against the final ledger. Pure: same inputs, same verdict. */
+export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResult {
+  const intents = collectIntents(history)
+  const violations: Violation[] = []
+  const classes: Record<string, IntentClass> = {}
+  const payments = groupBy(db.payments, (row) => scoped(row.tenantId, row.reference))
+  const charges = groupBy(db.charges, (row) => scoped(row.tenantId, row.reference))
+  const keyRows = new Map(db.keys.map((row) => [scoped(row.tenantId, row.key), row]))
+  const pending = pendingAfterDrain(history)
+  const claimed = new Set<string>()
+  const keyAcks = new Map<string, Array<{ ack: ObservedResponse; intent: Intent }>>()
+
+  for (const intent of intents.values()) {
+    const lines = intent.events.map((event) => event.index)
+    const base = { intent: intent.id, key: intent.key, lines }
+    const responses = observed(intent)
+    const acks = responses.filter((r) => isStoredOutcome(r.status))
+    const definite = settlement(intent)
+    const reference = intent.invoke.body?.reference ?? null
+    const ref = scoped(intent.tenant, reference)
+    claimed.add(ref)
+    const paid = payments.get(ref) ?? []
+    const charged = charges.get(ref) ?? []
+    const kind = intent.invoke.kind ?? 'normal'
+    // A reordered probe shares its original's effect; only the original answers for the effect count.
+    const ownsEffect = kind !== 'reordered'
+
+    if (ownsEffect && paid.length > 1) {
+      violations.push({ ...base, rule: 'duplicate-payment', message: `${paid.length} payments`, rows: paid })
+    }
+    if (ownsEffect && charged.length > 1) {
+      violations.push({
+        ...base,
+        rule: 'duplicate-charge',
+        message: `${charged.length} charges`,
+        rows: charged,
+      })
+    }
+    for (const row of ownsEffect ? paid : []) {
+      const body = intent.invoke.body
+      if (body && (row.amount !== body.amount || row.currency !== body.currency)) {
+        violations.push({
+          ...base,
+          rule: 'effect-differs-from-request',
+          message: `payment ${row.id} is ${row.amount} ${row.currency}, asked ${body.amount} ${body.currency}`,
+          rows: [row],
+        })
+      }
+    }
+
+    if (kind === 'changed-payload') {
+      const wrong = responses.filter((r) => r.status !== 422 && (isStoredOutcome(r.status) || r === definite))
+      if (wrong.length > 0) {
+        violations.push({
+          ...base,
+          rule: 'payload-mismatch-accepted',
+          message: `changed payload answered ${wrong.map((r) => r.status).join(', ')}, expected 422`,
+        })
+      }
+    }
+
+    if (kind !== 'changed-payload') {
+      const group = scoped(intent.tenant, intent.key)
+      keyAcks.set(group, [...(keyAcks.get(group) ?? []), ...acks.map((ack) => ({ ack, intent }))])
+    }
+    const stored = keyRows.get(scoped(intent.tenant, intent.key))
+    if (stored && stored.responseStatus !== null && kind !== 'changed-payload') {
+      const expected = { status: stored.responseStatus, body: stored.responseBody }
+      for (const ack of acks.filter((a) => !same(a, expected))) {
+        violations.push({
+          ...base,
+          rule: 'ack-differs-from-stored',
+          message: `told ${canonicalJson(ack)}, stored ${canonicalJson(expected)}`,
+          rows: [stored],
+        })
+      }
+    }
+
+    const created = acks.filter((ack) => ack.status >= 200 && ack.status < 300)
+    if (created.length > 0 && paid.length === 0) {
+      violations.push({ ...base, rule: 'lost-acknowledged', message: 'acknowledged as created, no payment' })
+    }
+    for (const ack of paid.length === 1 ? created : []) {
+      const row = paid[0]!
+      if (!matchesPayment(ack.body, row)) {
+        violations.push({
+          ...base,
+          rule: 'ack-differs-from-effect',
+          message: `told ${canonicalJson(ack.body)}, payment row ${canonicalJson(row)}`,
+          rows: [row],
+        })
+      }
+    }
+    const refused = definite !== undefined && !(definite.status >= 200 && definite.status < 300)
+    const effectAfterFailure = ownsEffect && paid.length > 0 && (refused || kind === 'changed-payload')
+    if (effectAfterFailure) {
+      violations.push({
+        ...base,
+        rule: 'effect-after-failure',
+        message: `settled as ${definite?.status ?? 'failed'} but ${paid.length} payment(s) exist`,
+        rows: paid,
+      })
+    }
+
+    if (pending.has(intent.id)) {
+      violations.push({
+        ...base,
+        rule: 'unsettled-intent',
+        message: 'still pending after the final drain',
+        lines: [...lines, ...pending.get(intent.id)!],
+      })
+    }
+
+    classes[intent.id] = classify({
+      duplicated: ownsEffect && (paid.length > 1 || charged.length > 1),
+      lost: created.length > 0 && paid.length === 0,
+      unexpected: effectAfterFailure,
+      effect: paid.length > 0,
+      settled: definite !== undefined || acks.length > 0,
+      indeterminate: intent.events.some((event) => event.phase === 'info'),
+    })
+  }
+
+  // Every acknowledgement for one key must be the same response, whichever intent (original or probe) got it.
+  for (const acks of keyAcks.values()) {
+    const first = acks[0]
+    if (!first || acks.every(({ ack }) => same(ack, first.ack))) continue
+    violations.push({
+      rule: 'acks-disagree',
+      message: `acknowledgements differ: ${[...new Set(acks.map(({ ack }) => canonicalJson(ack)))].join(' vs ')}`,
+      intent: first.intent.id,
+      key: first.intent.key,
+      lines: [...new Set(acks.flatMap(({ intent }) => intent.events.map((event) => event.index)))],
+    })
+  }
+
+  for (const [ref, rows] of payments) {
+    if (!claimed.has(ref)) {
+      violations.push({ rule: 'effect-without-intent', message: 'payment nobody asked for', lines: [], rows })
+    }
+  }
+  for (const [ref, rows] of charges) {
+    if (!claimed.has(ref)) {
+      violations.push({ rule: 'effect-without-intent', message: 'charge nobody asked for', lines: [], rows })
+    }
+  }
+  violations.push(...checkOutbox(db))
+  for (const row of db.keys.filter((row) => row.state === 'in_progress')) {
+    violations.push({
+      rule: 'key-in-flight',
+      message: `key ${row.key} is still in progress after the final drain`,
+      key: row.key,
+      lines: [...intents.values()]
+        .filter((intent) => intent.key === row.key && intent.tenant === row.tenantId)
+        .map((intent) => intent.invoke.index),
+      rows: [row],
+    })
+  }
+
+  const counts = Object.fromEntries(INTENT_CLASSES.map((c) => [c, 0])) as Record<IntentClass, number>
+  for (const c of Object.values(classes)) counts[c]++
+  return { valid: violations.length === 0, classes, counts, violations }
+}
+
+function classify(facts: {
+  duplicated: boolean
+  lost: boolean
+  unexpected: boolean
+  effect: boolean
+  settled: boolean
+  indeterminate: boolean
+}): IntentClass {
+  if (facts.duplicated) return 'duplicated'
+  if (facts.lost) return 'lost'
+  if (facts.unexpected) return 'unexpected'
+  if (!facts.settled && !facts.effect) return 'aborted'
+  return facts.indeterminate || !facts.settled ? 'recovered' : 'ok'
+}
+
+function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
+  const intents = new Map<string, Intent>()
+  for (const event of history) {
+    if (event.type !== 'intent' && event.type !== 'attempt') continue
+    if (event.type === 'intent' && event.phase === 'invoke') {
+      intents.set(event.intent, {
+        id: event.intent,
+        tenant: event.tenant,
+        key: event.key,
+        invoke: event,
+        events: [event],
+      })
+      continue
+    }
+    // Completions of an intent never invoked cannot be judged; they come from a corrupt history.
+    intents.get(event.intent)?.events.push(event)
+  }
+  return intents
+}
+
+function observed(intent: Intent): ObservedResponse[] {
+  return intent.events.flatMap((event) =>
+    event.phase !== 'invoke' && event.response ? [event.response] : [],
+  )
+}
+
+/** The response of the last definite completion (`ok` or `fail`) of the intent itself, if any. */
+function settlement(intent: Intent): ObservedResponse | undefined {
+  const done = intent.events.filter(
+    (event): event is IntentEvent =>
+      event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'),
+  )
+  const last = done.at(-1)
+  if (!last) return undefined
+  return last.response ?? { status: 0, body: last.error ?? null }
+}
+
+function pendingAfterDrain(history: readonly HistoryEvent[]): Map<string, number[]> {
+  const pending = new Map<string, number[]>()
+  for (const event of history.filter((e): e is DrainEvent => e.type === 'drain')) {
+    for (const id of event.pending) pending.set(id, [...(pending.get(id) ?? []), event.index])
+  }
+  return pending
+}
+
+function matchesPayment(body: unknown, row: PaymentRow): boolean {
+  if (typeof body !== 'object' || body === null) return false
+  const b = body as Record<string, unknown>
+  return (
+    b.id === row.id &&
+    b.amount === row.amount &&
+    b.currency === row.currency &&
+    (b.reference ?? null) === row.reference &&
+    (b.chargeId ?? null) === row.chargeId
+  )
+}
+
+function checkOutbox(db: FinalDb): Violation[] {
+  const violations: Violation[] = []
+  const byPayment = groupBy(db.outbox, (row) => row.paymentId ?? '')
+  const paymentIds = new Set(db.payments.map((row) => row.id))
+  for (const payment of db.payments) {
+    const rows = byPayment.get(payment.id) ?? []
+    if (rows.length !== 1) {
+      violations.push({
+        rule: 'outbox-mismatch',
+        message: `payment ${payment.id} has ${rows.length} outbox rows, expected 1`,
+        lines: [],
+        rows: [payment, ...rows],
+      })
+    }
+  }
+  for (const [paymentId, rows] of byPayment) {
+    if (!paymentIds.has(paymentId)) {
+      violations.push({
+        rule: 'effect-without-intent',
+        message: 'outbox row for no payment',
+        lines: [],
+        rows,
+      })
+    }
+  }
+  return violations
+}
+
+function groupBy<T>(rows: readonly T[], keyOf: (row: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>()
+  for (const row of rows) {
+    const key = keyOf(row)
+    groups.set(key, [...(groups.get(key) ?? []), row])
+  }
+  return groups
+}

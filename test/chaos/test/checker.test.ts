@@ -1,0 +1,403 @@
+import { describe, expect, it } from 'vitest'
+import { check, type FinalDb, type PaymentRow } from '../src/checker.js'
+import type { HistoryEvent, IntentKind, NewEvent, ObservedResponse, PaymentBody } from '../src/history.js'
+
+/** Builds histories by hand, numbering events like HistoryWriter does. */
+function history() {
+  const events: HistoryEvent[] = []
+  const add = (event: NewEvent) => {
+    const full = { ...event, index: events.length + 1, time: 1000 + events.length } as HistoryEvent
+    events.push(full)
+    return full.index
+  }
+  const api = {
+    events,
+    invoke(intent: string, body: PaymentBody, extra: { key?: string; kind?: IntentKind; of?: string } = {}) {
+      return add({
+        type: 'intent',
+        phase: 'invoke',
+        process: 'worker-1',
+        intent,
+        tenant: 't1',
+        key: extra.key ?? `k-${intent}`,
+        kind: extra.kind ?? 'normal',
+        body,
+        ...(extra.of ? { of: extra.of } : {}),
+      })
+    },
+    attempt(intent: string, attempt: number, response?: ObservedResponse, key = `k-${intent}`) {
+      return add({
+        type: 'attempt',
+        phase: response ? 'ok' : 'info',
+        process: 'worker-1',
+        intent,
+        key,
+        attempt,
+        ...(response ? { response } : { error: 'socket hang up' }),
+      })
+    },
+    settle(intent: string, phase: 'ok' | 'fail' | 'info', response?: ObservedResponse, key = `k-${intent}`) {
+      return add({
+        type: 'intent',
+        phase,
+        process: 'worker-1',
+        intent,
+        tenant: 't1',
+        key,
+        ...(response ? { response } : { error: 'outcome unknown' }),
+      })
+    },
+    drain(pending: string[]) {
+      return add({ type: 'drain', process: 'worker-1', pending })
+    },
+  }
+  return api
+}
+
+const payment = (intent: string, n: number, extra: Partial<PaymentRow> = {}): PaymentRow => ({
+  id: `pay_${intent}_${n}`,
+  tenantId: 't1',
+  amount: 100,
+  currency: 'eur',
+  reference: intent,
+  chargeId: `ch_${intent}_${n}`,
+  ...extra,
+})
+const created = (row: PaymentRow): ObservedResponse => ({
+  status: 201,
+  body: {
+    id: row.id,
+    amount: row.amount,
+    currency: row.currency,
+    reference: row.reference,
+    status: 'succeeded',
+    chargeId: row.chargeId,
+  },
+})
+const body = (intent: string, amount = 100): PaymentBody => ({ amount, currency: 'eur', reference: intent })
+
+/** A ledger where each listed payment has its charge, its outbox row and a succeeded key row replaying it. */
+function ledger(rows: PaymentRow[], extra: Partial<FinalDb> = {}): FinalDb {
+  return {
+    payments: rows,
+    charges: rows.map((row) => ({
+      id: row.chargeId!,
+      tenantId: row.tenantId,
+      amount: row.amount,
+      currency: row.currency,
+      reference: row.reference,
+    })),
+    keys: rows.map((row) => ({
+      tenantId: row.tenantId,
+      key: `k-${row.reference}`,
+      state: 'succeeded',
+      responseStatus: 201,
+      responseBody: created(row).body,
+    })),
+    outbox: rows.map((row) => ({ id: `ob_${row.id}`, paymentId: row.id })),
+    ...extra,
+  }
+}
+
+const rules = (result: ReturnType<typeof check>) => result.violations.map((v) => v.rule).sort()
+
+describe('check: valid histories', () => {
+  it('accepts an acknowledged intent with exactly one payment, charge, outbox row and matching stored response', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.attempt('i1', 1, created(row))
+    h.settle('i1', 'ok', created(row))
+    const result = check(h.events, ledger([row]))
+    expect(result.violations).toEqual([])
+    expect(result.valid).toBe(true)
+    expect(result.classes).toEqual({ i1: 'ok' })
+  })
+
+  it('classifies an intent that survived a lost response and was answered by a replay as recovered', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.attempt('i1', 1)
+    h.attempt('i1', 2, created(row))
+    h.settle('i1', 'ok', created(row))
+    const result = check(h.events, ledger([row]))
+    expect(result.valid).toBe(true)
+    expect(result.classes.i1).toBe('recovered')
+  })
+
+  it('classifies an unacknowledged intent whose effect exists as recovered, and one without effect as aborted', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.invoke('i2', body('i2'))
+    const result = check(h.events, ledger([row]))
+    expect(result.valid).toBe(true)
+    expect(result.classes).toEqual({ i1: 'recovered', i2: 'aborted' })
+  })
+
+  it('accepts a decline (402) that is replayed identically and leaves no payment', () => {
+    const h = history()
+    const declined = { status: 402, body: { type: 'card_declined', status: 402 } }
+    h.invoke('i1', body('i1', 2_000_000))
+    h.attempt('i1', 1, declined)
+    h.attempt('i1', 2, declined)
+    h.settle('i1', 'fail', declined)
+    const db = ledger([], {
+      keys: [
+        {
+          tenantId: 't1',
+          key: 'k-i1',
+          state: 'failed_permanent',
+          responseStatus: 402,
+          responseBody: declined.body,
+        },
+      ],
+    })
+    const result = check(h.events, db)
+    expect(result.violations).toEqual([])
+    expect(result.classes.i1).toBe('ok')
+  })
+
+  it('accepts probes: a changed payload answered 422 with no effect, a reordered body answered with the replay', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 999, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.settle('p1', 'fail', { status: 422, body: { type: 'idempotency_key_reused' } }, 'k-i1')
+    h.invoke(
+      'p2',
+      { reference: 'i1', currency: 'eur', amount: 100 },
+      { key: 'k-i1', kind: 'reordered', of: 'i1' },
+    )
+    h.settle('p2', 'ok', created(row), 'k-i1')
+    const result = check(h.events, ledger([row]))
+    expect(result.violations).toEqual([])
+    expect(result.classes).toEqual({ i1: 'ok', p1: 'ok', p2: 'ok' })
+  })
+
+  it('ignores responses that are not stored outcomes (409 in progress, 503 transient) when comparing acks', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.attempt('i1', 1, { status: 503, body: { type: 'provider_unavailable' } })
+    h.attempt('i1', 2, { status: 409, body: { type: 'in_progress' } })
+    h.attempt('i1', 3, created(row))
+    h.settle('i1', 'ok', created(row))
+    expect(check(h.events, ledger([row])).valid).toBe(true)
+  })
+})
+
+describe('check: histories that must produce violations', () => {
+  it('reports a duplicate payment and charge (what idempotency off produces) and classifies it duplicated', () => {
+    const h = history()
+    const first = payment('i1', 1)
+    const second = payment('i1', 2)
+    const invoke = h.invoke('i1', body('i1'))
+    const a1 = h.attempt('i1', 1)
+    const a2 = h.attempt('i1', 2, created(second))
+    h.settle('i1', 'ok', created(second))
+    const db = ledger([first, second])
+    db.keys = [db.keys[1]!]
+    const result = check(h.events, db)
+    expect(result.valid).toBe(false)
+    expect(rules(result)).toEqual(['duplicate-charge', 'duplicate-payment'])
+    expect(result.classes.i1).toBe('duplicated')
+    const duplicate = result.violations.find((v) => v.rule === 'duplicate-payment')!
+    expect(duplicate.lines).toEqual(expect.arrayContaining([invoke, a1, a2]))
+    expect(duplicate.rows).toEqual([first, second])
+  })
+
+  it('reports a duplicated provider charge even when the payment row is unique', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const db = ledger([row])
+    db.charges.push({ ...db.charges[0]!, id: 'ch_second' })
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['duplicate-charge'])
+    expect(result.classes.i1).toBe('duplicated')
+  })
+
+  it('reports an acknowledged intent without its effect as lost', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const result = check(h.events, ledger([]))
+    expect(rules(result)).toEqual(['lost-acknowledged'])
+    expect(result.classes.i1).toBe('lost')
+  })
+
+  it('reports two different acknowledgements for one key (a re-execution instead of a replay)', () => {
+    const h = history()
+    const kept = payment('i1', 1)
+    const other = payment('i1', 2)
+    h.invoke('i1', body('i1'))
+    h.attempt('i1', 1, created(other))
+    h.attempt('i1', 2, created(kept))
+    h.settle('i1', 'ok', created(kept))
+    const result = check(h.events, ledger([kept]))
+    expect(rules(result)).toEqual(['ack-differs-from-effect', 'ack-differs-from-stored', 'acks-disagree'])
+  })
+
+  it('reports an acknowledgement that differs from the stored response across intents of one key', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p2',
+      { currency: 'eur', amount: 100, reference: 'i1' },
+      { key: 'k-i1', kind: 'reordered', of: 'i1' },
+    )
+    h.settle('p2', 'ok', { status: 201, body: { id: 'pay_other' } }, 'k-i1')
+    const result = check(h.events, ledger([row]))
+    expect(rules(result)).toEqual(['ack-differs-from-effect', 'ack-differs-from-stored', 'acks-disagree'])
+    expect(result.violations.find((v) => v.rule === 'ack-differs-from-stored')?.intent).toBe('p2')
+  })
+
+  it('reports acknowledgements that disagree with each other even when no key row exists (idempotency off)', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p2',
+      { currency: 'eur', amount: 100, reference: 'i1' },
+      { key: 'k-i1', kind: 'reordered', of: 'i1' },
+    )
+    h.settle('p2', 'ok', created(payment('i1', 2)), 'k-i1')
+    const result = check(h.events, { ...ledger([row]), keys: [] })
+    expect(rules(result)).toContain('acks-disagree')
+  })
+
+  it('reports a changed payload that was executed or answered with the original response', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    const probeRow = payment('p1', 1, { amount: 999 })
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 999, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.settle('p1', 'ok', created(probeRow), 'k-i1')
+    const result = check(h.events, ledger([row, probeRow]))
+    expect(rules(result)).toEqual(
+      expect.arrayContaining(['effect-after-failure', 'payload-mismatch-accepted']),
+    )
+    expect(result.classes.p1).toBe('unexpected')
+  })
+
+  it('reports a changed payload silently answered with the stored response (the client believes 999 was paid)', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 999, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.settle('p1', 'ok', created(row), 'k-i1')
+    const result = check(h.events, ledger([row]))
+    expect(rules(result)).toEqual(['lost-acknowledged', 'payload-mismatch-accepted'])
+    expect(result.classes.p1).toBe('lost')
+  })
+
+  it('reports an effect for an intent that was settled as a definite failure', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'fail', { status: 402, body: { type: 'card_declined' } })
+    const db = ledger([row])
+    db.keys = []
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['effect-after-failure'])
+    expect(result.classes.i1).toBe('unexpected')
+  })
+
+  it('reports payments, charges and outbox rows nobody asked for', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const stray = payment('ghost', 1)
+    const db = ledger([row, stray])
+    db.outbox.push({ id: 'ob_orphan', paymentId: 'pay_missing' })
+    const result = check(h.events, db)
+    const strays = result.violations.filter((v) => v.rule === 'effect-without-intent')
+    expect(strays.map((v) => v.message).sort()).toEqual([
+      'charge nobody asked for',
+      'outbox row for no payment',
+      'payment nobody asked for',
+    ])
+  })
+
+  it('reports a payment whose amount differs from the request', () => {
+    const h = history()
+    const row = payment('i1', 1, { amount: 101 })
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    expect(rules(check(h.events, ledger([row])))).toEqual(['effect-differs-from-request'])
+  })
+
+  it('reports a payment without its outbox row, or with two', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    expect(rules(check(h.events, { ...ledger([row]), outbox: [] }))).toEqual(['outbox-mismatch'])
+    const twice = ledger([row])
+    twice.outbox.push({ id: 'ob_again', paymentId: row.id })
+    expect(rules(check(h.events, twice))).toEqual(['outbox-mismatch'])
+  })
+
+  it('reports intents still pending after the drain and keys left in progress, with the lines', () => {
+    const h = history()
+    const invoke = h.invoke('i1', body('i1'))
+    h.attempt('i1', 1)
+    const drain = h.drain(['i1'])
+    const db = ledger([], {
+      keys: [{ tenantId: 't1', key: 'k-i1', state: 'in_progress', responseStatus: null, responseBody: null }],
+    })
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['key-in-flight', 'unsettled-intent'])
+    expect(result.violations.find((v) => v.rule === 'unsettled-intent')?.lines).toEqual(
+      expect.arrayContaining([invoke, drain]),
+    )
+    expect(result.violations.find((v) => v.rule === 'key-in-flight')?.lines).toEqual([invoke])
+  })
+
+  it('does not attribute another tenant’s payment with the same reference to an intent', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const db = ledger([row])
+    db.payments.push(payment('i1', 9, { tenantId: 't2' }))
+    db.outbox.push({ id: 'ob_t2', paymentId: 'pay_i1_9' })
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['effect-without-intent'])
+    expect(result.classes.i1).toBe('ok')
+  })
+
+  it('is pure: the same inputs give the same verdict, and the inputs are not modified', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const db = ledger([row, payment('i1', 2)])
+    const before = JSON.stringify([h.events, db])
+    expect(check(h.events, db)).toEqual(check(h.events, db))
+    expect(JSON.stringify([h.events, db])).toBe(before)
+  })
+})
