@@ -1,1 +1,22 @@
-export {}
+export type { RequestBody } from './body.js'
+export type { OncelyClient, RequestOptions, ResumeOutcome } from './client.js'
+export { createClient } from './client.js'
+export { HTTPError, isHTTPError } from './errors/http-error.js'
+export {
+  IdempotencyKeyReusedError,
+  isIdempotencyKeyReusedError,
+} from './errors/idempotency-key-reused-error.js'
+export { IntentExpiredError, isIntentExpiredError } from './errors/intent-expired-error.js'
+export { isNetworkError, NetworkError } from './errors/network-error.js'
+export { isOncelyError, OncelyError } from './errors/oncely-error.js'
+export { isQuotaExceededError, QuotaExceededError } from './errors/quota-exceeded-error.js'
+export { isRetryExhaustedError, RetryExhaustedError } from './errors/retry-exhausted-error.js'
+export { isStorageError, StorageError } from './errors/storage-error.js'
+export type { ClientEvents } from './events.js'
+export type { IntentRecord, PendingIntent, StoredResponse } from './intent.js'
+export { isIntentRecord } from './intent.js'
+export type { ClientOptions, RetryOptions } from './options.js'
+export type { OncelyResponse } from './response.js'
+export type { ExclusiveResult, IntentStore, StoreEventSink, StoreEvents } from './store.js'
+export { memoryStore } from './stores/memory.js'
+export type { Timers } from './timers.js'

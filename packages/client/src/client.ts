@@ -1,0 +1,309 @@
+import { encodeBody, type RequestBody } from './body.js'
+import { watchConnectivity } from './browser.js'
+import { type DriveContext, drive } from './drive.js'
+import { Emitter } from './emitter.js'
+import { IdempotencyKeyReusedError } from './errors/idempotency-key-reused-error.js'
+import { IntentExpiredError } from './errors/intent-expired-error.js'
+import { OncelyError } from './errors/oncely-error.js'
+import { StorageError } from './errors/storage-error.js'
+import type { ClientEvents } from './events.js'
+import type { IntentRecord, PendingIntent } from './intent.js'
+import { deriveKey, randomKey } from './keys.js'
+import { type ClientOptions, resolveOptions } from './options.js'
+import { httpErrorFor, type OncelyResponse, parseData } from './response.js'
+import type { IntentStore } from './store.js'
+import { defaultStore } from './stores/default.js'
+import { defaultTimers, sleep } from './timers.js'
+
+/** One call of `client.request`. */
+export interface RequestOptions {
+  /** HTTP method. @default 'POST' */
+  method?: string
+  /** Path (or absolute URL) resolved against `baseUrl`. @example '/v1/payments' */
+  path: string
+  /** Query parameters appended to the URL. */
+  searchParams?: Record<string, string> | URLSearchParams
+  /** A JSON body (sent as `application/json`). */
+  json?: unknown
+  /** A raw body: string, URLSearchParams, ArrayBuffer, typed array, or FormData without files. */
+  body?: RequestBody
+  /**
+   * Headers of this request. Persisted with the intent, except `authorization`, `cookie` and
+   * `proxy-authorization`, which are used for this call only (give credentials to `createClient({ headers })`).
+   */
+  headers?: Record<string, string>
+  /**
+   * A business fact naming the intent, such as `checkout:cart_42`. The key is derived from it and the target, so
+   * the same fact always gives the same key; a second call while it is pending joins it, and after it settled
+   * returns the stored outcome (for `settledTtlMs`).
+   */
+  intentId?: string
+  /** Cancels the waits and the request in flight; the intent stays pending (see `client.discard`). */
+  signal?: AbortSignal
+}
+
+/** One intent's result from `client.resume()`. */
+export type ResumeOutcome =
+  | { id: string; key: string; outcome: 'settled'; response: OncelyResponse }
+  | { id: string; key: string; outcome: 'failed'; error: unknown }
+  | { id: string; key: string; outcome: 'skipped'; reason: 'busy' | 'not-pending' }
+
+/** The oncely client: see {@link createClient}. */
+export interface OncelyClient {
+  /** Sends a mutation with an idempotency key, writing the intent before the first byte and retrying safely. */
+  request<T = unknown>(options: RequestOptions): Promise<OncelyResponse<T>>
+  /** A reusable function for one endpoint: `(json, options?) => client.request(...)`. */
+  mutation<TBody = unknown, T = unknown>(
+    definition: Omit<RequestOptions, 'json' | 'body' | 'intentId' | 'signal'>,
+  ): (
+    json: TBody,
+    options?: Pick<RequestOptions, 'intentId' | 'signal' | 'headers'>,
+  ) => Promise<OncelyResponse<T>>
+  /** Intents not confirmed yet (pending, or expired with an unknown outcome). */
+  pending(): Promise<PendingIntent[]>
+  /** Re-drives every pending intent with its original key and bytes; returns each outcome. */
+  resume(): Promise<ResumeOutcome[]>
+  /** Forgets an intent (for example after reconciling an expired one). */
+  discard(id: string): Promise<void>
+  /** Subscribes to an event; returns the unsubscribe function. */
+  on<E extends keyof ClientEvents>(event: E, listener: (payload: ClientEvents[E]) => void): () => void
+  /** Removes browser listeners and closes the store. Pending intents stay in the store. */
+  close(): Promise<void>
+}
+
+const SECRET_HEADERS = new Set(['authorization', 'cookie', 'proxy-authorization'])
+
+/**
+ * Creates a client. Nothing touches the network, storage or browser globals until it is used.
+ *
+ * @example
+ * const client = createClient({
+ *   baseUrl: 'https://api.example.com',
+ *   headers: async () => ({ authorization: `Bearer ${await getToken()}` }),
+ * })
+ * const res = await client.request({ path: '/v1/payments', json: { amount: 100 }, intentId: 'checkout:cart_42' })
+ */
+export function createClient(options: ClientOptions): OncelyClient {
+  const resolved = resolveOptions(options)
+  const events = new Emitter<ClientEvents>()
+  const timers = options.timers ?? defaultTimers
+  const store: IntentStore = options.store ?? defaultStore()
+  store.attach?.((event, payload) => events.emit(event, payload as ClientEvents[typeof event]))
+  const ctx: DriveContext = {
+    store,
+    events,
+    timers,
+    random: options.random ?? Math.random,
+    retry: resolved.retry,
+    timeoutMs: resolved.timeoutMs,
+    settledTtlMs: resolved.settledTtlMs,
+    fetch: options.fetch,
+    headers: options.headers,
+  }
+  // Runs of this process, by intent id: a second call for the same intent joins the first.
+  const inflight = new Map<string, Promise<OncelyResponse>>()
+
+  const track = (id: string, run: () => Promise<OncelyResponse>): Promise<OncelyResponse> => {
+    const existing = inflight.get(id)
+    if (existing) return existing
+    const promise = run().finally(() => inflight.delete(id))
+    inflight.set(id, promise)
+    return promise
+  }
+
+  // Drives a stored intent under the store's cross-tab claim, re-reading it once the claim is held.
+  const driveStored = async (
+    id: string,
+    transient: Record<string, string>,
+    signal: AbortSignal | undefined,
+    wait: boolean,
+  ): Promise<OncelyResponse | { skipped: 'busy' | 'not-pending' }> => {
+    const run = async () => {
+      const record = await store.get(id)
+      if (!record) return { skipped: 'not-pending' as const }
+      if (record.state !== 'pending') return outcomeOf(record)
+      return drive(ctx, record, transient, signal)
+    }
+    if (!store.exclusive) return run()
+    for (;;) {
+      const result = await store.exclusive(id, run)
+      if (result.acquired) return result.value
+      if (!wait) return { skipped: 'busy' }
+      await sleep(timers, 250, signal)
+    }
+  }
+
+  const request = async (req: RequestOptions): Promise<OncelyResponse> => {
+    if (typeof req?.path !== 'string') throw new TypeError('Expected `path` to be a string')
+    const method = (req.method ?? 'POST').toUpperCase()
+    const url = new URL(req.path, resolved.baseUrl)
+    if (req.searchParams) {
+      for (const [name, value] of new URLSearchParams(req.searchParams)) url.searchParams.append(name, value)
+    }
+    const encoded = await encodeBody(req.json, req.body)
+    const persisted: Record<string, string> = {}
+    const transient: Record<string, string> = {}
+    if (encoded.contentType) persisted['content-type'] = encoded.contentType
+    for (const [name, value] of Object.entries(req.headers ?? {})) {
+      const lower = name.toLowerCase()
+      if (SECRET_HEADERS.has(lower)) transient[lower] = value
+      else persisted[lower] = value
+    }
+    const now = timers.now()
+    const key = req.intentId === undefined ? randomKey() : deriveKey(req.intentId, method, url.href)
+    const record: IntentRecord = {
+      format: 1,
+      id: req.intentId ?? key,
+      key,
+      method,
+      url: url.href,
+      ...(encoded.body ? { body: encoded.body } : {}),
+      headers: persisted,
+      createdAt: now,
+      expiresAt: now + resolved.intentTtlMs,
+      attempts: 0,
+      version: 1,
+      state: 'pending',
+    }
+    return track(record.id, async () => {
+      if (req.intentId !== undefined) {
+        const existing = await store.get(record.id)
+        const live =
+          existing &&
+          (existing.state === 'pending' || existing.state === 'expired' || (existing.keepUntil ?? 0) > now)
+        if (existing && live) {
+          if (!sameRequest(existing, record)) throw reusedLocally(existing)
+          if (existing.state !== 'pending') return outcomeOf(existing)
+          const result = await driveStored(record.id, transient, req.signal, true)
+          if (!('skipped' in result)) return result
+          // Settled and forgotten by another tab while we waited: a fresh record derives the same key, so the
+          // server answers with its stored response.
+        }
+      }
+      await store.set(record) // write-ahead: nothing is sent before this resolves
+      const result = await driveStored(record.id, transient, req.signal, true)
+      if ('skipped' in result)
+        throw new StorageError(`Intent ${record.id} vanished from the store before it was sent`)
+      return result
+    })
+  }
+
+  let resuming: Promise<ResumeOutcome[]> | undefined
+  const resume = (): Promise<ResumeOutcome[]> => {
+    resuming ??= (async () => {
+      const records = await store.list()
+      const now = timers.now()
+      const outcomes = await Promise.all(
+        records.map(async (record): Promise<ResumeOutcome | undefined> => {
+          if (record.state === 'settled' || record.state === 'failed') {
+            if ((record.keepUntil ?? 0) <= now) await store.delete(record.id)
+            return undefined
+          }
+          if (record.state === 'expired') return undefined
+          const base = { id: record.id, key: record.key }
+          try {
+            const joined = inflight.get(record.id)
+            if (joined) return { ...base, outcome: 'settled', response: await joined }
+            let skipped: 'busy' | 'not-pending' | undefined
+            const response = await track(record.id, async () => {
+              const result = await driveStored(record.id, {}, undefined, false)
+              if ('skipped' in result) {
+                skipped = result.skipped
+                return undefined as never
+              }
+              return result
+            })
+            return skipped
+              ? { ...base, outcome: 'skipped', reason: skipped }
+              : { ...base, outcome: 'settled', response }
+          } catch (error) {
+            return { ...base, outcome: 'failed', error }
+          }
+        }),
+      )
+      return outcomes.filter((outcome): outcome is ResumeOutcome => outcome !== undefined)
+    })().finally(() => {
+      resuming = undefined
+    })
+    return resuming
+  }
+
+  const stopWatching =
+    options.resumeOnOnline !== false ? watchConnectivity(() => void resume().catch(() => {})) : () => {}
+  if (options.resumeOnStart) queueMicrotask(() => void resume().catch(() => {}))
+
+  return {
+    request: request as OncelyClient['request'],
+    mutation: (definition) => (json, extra) =>
+      request({
+        ...definition,
+        ...extra,
+        json,
+        headers: { ...definition.headers, ...extra?.headers },
+      }) as never,
+    async pending() {
+      const records = await store.list()
+      return records
+        .filter(
+          (r): r is IntentRecord & { state: 'pending' | 'expired' } =>
+            r.state === 'pending' || r.state === 'expired',
+        )
+        .map((r) => ({
+          id: r.id,
+          key: r.key,
+          method: r.method,
+          url: r.url,
+          state: r.state,
+          createdAt: r.createdAt,
+          expiresAt: r.expiresAt,
+          attempts: r.attempts,
+          lastError: r.lastError,
+        }))
+    },
+    resume,
+    discard: (id) => store.delete(id),
+    on: (event, listener) => events.on(event, listener),
+    async close() {
+      stopWatching()
+      await store.close?.()
+    },
+  }
+}
+
+function sameRequest(a: IntentRecord, b: IntentRecord): boolean {
+  return (
+    a.method === b.method &&
+    a.url === b.url &&
+    JSON.stringify(a.body ?? null) === JSON.stringify(b.body ?? null)
+  )
+}
+
+function reusedLocally(existing: IntentRecord): IdempotencyKeyReusedError {
+  return new IdempotencyKeyReusedError(422, {
+    headers: new Headers(),
+    data: undefined,
+    message: `Intent ${existing.id} is already recorded for ${existing.method} ${existing.url} with a different body; use another intentId`,
+  })
+}
+
+/** The stored outcome of a settled or failed intent, as the original call returned or threw it. */
+function outcomeOf(record: IntentRecord): Promise<OncelyResponse> {
+  if (record.state === 'expired') {
+    return Promise.reject(
+      new IntentExpiredError({ intentId: record.id, key: record.key, expiresAt: record.expiresAt }),
+    )
+  }
+  const stored = record.outcome
+  if (!stored) return Promise.reject(new OncelyError(`Intent ${record.id} ended without a stored response`))
+  const headers = new Headers(stored.headers)
+  if (record.state === 'failed') return Promise.reject(httpErrorFor(stored.status, headers, stored.text))
+  return Promise.resolve({
+    status: stored.status,
+    headers,
+    data: parseData(stored.text, headers),
+    key: record.key,
+    intentId: record.id,
+    replayed: stored.replayed,
+    attempts: record.attempts,
+  })
+}

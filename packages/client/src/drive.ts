@@ -1,0 +1,241 @@
+import { ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
+import pRetry, { AbortError } from 'p-retry'
+import { type RetryPolicy, retryDelay } from './backoff.js'
+import { RETRY_STATUSES } from './classify.js'
+import type { Emitter } from './emitter.js'
+import { isHTTPError } from './errors/http-error.js'
+import { IntentExpiredError } from './errors/intent-expired-error.js'
+import { RetryExhaustedError } from './errors/retry-exhausted-error.js'
+import type { ClientEvents } from './events.js'
+import type { IntentRecord } from './intent.js'
+import { httpErrorFor, isReplayed, type OncelyResponse, parseData, storableResponse } from './response.js'
+import { type RawResponse, sendAttempt } from './send.js'
+import type { IntentStore } from './store.js'
+import { sleep, type Timers } from './timers.js'
+
+/** What one run of an intent needs from its client. */
+export interface DriveContext {
+  store: IntentStore
+  events: Emitter<ClientEvents>
+  timers: Timers
+  random: () => number
+  retry: RetryPolicy
+  timeoutMs: number | false
+  settledTtlMs: number
+  fetch: typeof fetch | undefined
+  headers: (() => Record<string, string> | Promise<Record<string, string>>) | undefined
+}
+
+/**
+ * Runs one intent to an outcome: the single retry loop (p-retry; ky's own retry is off). p-retry counts attempts;
+ * the waits are computed here (Retry-After, full jitter) and slept with the injectable timers, because p-retry's
+ * own delay cannot express Retry-After. Every attempt is recorded in the store before it is sent.
+ *
+ * `transient` holds headers of this call that are never persisted (credentials passed per request).
+ */
+export async function drive(
+  ctx: DriveContext,
+  initial: IntentRecord,
+  transient: Record<string, string>,
+  signal: AbortSignal | undefined,
+): Promise<OncelyResponse> {
+  let record = initial
+  const save = async (patch: Partial<IntentRecord>): Promise<void> => {
+    const next = { ...record, ...patch, version: record.version + 1 }
+    await ctx.store.set(next)
+    record = next
+  }
+  const started = ctx.timers.now()
+  const errors: Error[] = []
+  let lastResponse: RawResponse | undefined
+  // p-retry rethrows an AbortError's message wrapper; the real reason to stop travels here.
+  let stop: { error: unknown } | undefined
+  const halt = (error: unknown): never => {
+    stop = { error }
+    throw new AbortError('stop')
+  }
+
+  try {
+    const raw = await pRetry(
+      async () => {
+        if (ctx.timers.now() >= record.expiresAt) halt(await expire(ctx, record, save))
+        await save({ attempts: record.attempts + 1 })
+        ctx.events.emit('attempt', {
+          id: record.id,
+          key: record.key,
+          attempt: record.attempts,
+          method: record.method,
+          url: record.url,
+        })
+        const headers = {
+          ...record.headers,
+          ...transient,
+          ...(ctx.headers ? await ctx.headers() : {}),
+          [IDEMPOTENCY_KEY_HEADER]: record.key,
+          [ATTEMPT_HEADER]: String(record.attempts),
+        }
+        let response: RawResponse
+        try {
+          response = await sendAttempt(record, headers, {
+            fetch: ctx.fetch,
+            timeoutMs: ctx.timeoutMs,
+            signal,
+          })
+        } catch (error) {
+          if (error instanceof Error && error.name === 'NetworkError') throw error
+          return halt(error)
+        }
+        if (response.status < 400) return response
+        const error = httpErrorFor(response.status, response.headers, response.text)
+        if (!RETRY_STATUSES.has(response.status)) return halt(error)
+        lastResponse = response
+        throw error
+      },
+      {
+        retries: ctx.retry.limit,
+        minTimeout: 0,
+        maxTimeout: 0,
+        ...(signal ? { signal } : {}),
+        onFailedAttempt: async ({ error, retriesLeft, retriesConsumed }) => {
+          errors.push(error)
+          await save({ lastError: summarize(error) })
+          const exhausted = (reason: string) =>
+            new RetryExhaustedError({ intentId: record.id, key: record.key, errors, reason })
+          if (retriesLeft === 0) throw exhausted(`retry.limit of ${ctx.retry.limit} reached`)
+          const now = ctx.timers.now()
+          const wait = retryDelay(
+            ctx.retry,
+            retriesConsumed,
+            ctx.random,
+            now,
+            isHTTPError(error) ? lastResponse : undefined,
+          )
+          if (now - started + wait.delayMs > ctx.retry.maxElapsedMs) {
+            throw exhausted(`retry.maxElapsedMs of ${ctx.retry.maxElapsedMs} ms reached`)
+          }
+          ctx.events.emit('retry', {
+            id: record.id,
+            key: record.key,
+            attempt: record.attempts,
+            delayMs: wait.delayMs,
+            retryAfter: wait.retryAfter,
+            reason: isHTTPError(error)
+              ? `status ${error.status}`
+              : error.name === 'NetworkError'
+                ? 'network'
+                : error.name,
+            error,
+          })
+          await sleep(ctx.timers, wait.delayMs, signal)
+        },
+      },
+    )
+    return await settle(ctx, record, save, raw)
+  } catch (thrown) {
+    const error = stop ? stop.error : thrown
+    if (signal?.aborted && error === signal.reason) throw error // aborted: the intent stays pending
+    if (error instanceof IntentExpiredError) throw error
+    if (error instanceof RetryExhaustedError) {
+      ctx.events.emit('failed', { id: record.id, key: record.key, error, pending: true })
+      throw error
+    }
+    if (stop) {
+      // A final answer (a 4xx, or a request the runtime refuses to send): resending cannot help.
+      await fail(ctx, record, save, error)
+    }
+    throw error
+  }
+}
+
+async function settle(
+  ctx: DriveContext,
+  record: IntentRecord,
+  save: (patch: Partial<IntentRecord>) => Promise<void>,
+  raw: RawResponse,
+): Promise<OncelyResponse> {
+  const response: OncelyResponse = {
+    status: raw.status,
+    headers: raw.headers,
+    data: parseData(raw.text, raw.headers),
+    key: record.key,
+    intentId: record.id,
+    replayed: isReplayed(raw.headers),
+    attempts: record.attempts,
+  }
+  await finish(ctx, record, save, 'settled', storableResponse(raw.status, raw.headers, raw.text))
+  ctx.events.emit('settled', {
+    id: record.id,
+    key: record.key,
+    status: raw.status,
+    replayed: response.replayed,
+    attempts: record.attempts,
+  })
+  return response
+}
+
+async function fail(
+  ctx: DriveContext,
+  record: IntentRecord,
+  save: (patch: Partial<IntentRecord>) => Promise<void>,
+  error: unknown,
+): Promise<void> {
+  const outcome = isHTTPError(error)
+    ? storableResponse(
+        error.status,
+        error.headers,
+        typeof error.data === 'string' ? error.data : JSON.stringify(error.data ?? ''),
+      )
+    : undefined
+  await finish(ctx, record, save, 'failed', outcome, summarize(error))
+  ctx.events.emit('failed', { id: record.id, key: record.key, error: asError(error), pending: false })
+}
+
+// One-off intents (id === key) cannot be asked for again, so they are deleted; named intents keep their outcome
+// for settledTtlMs so a repeated call with the same intentId gets it without sending.
+async function finish(
+  ctx: DriveContext,
+  record: IntentRecord,
+  save: (patch: Partial<IntentRecord>) => Promise<void>,
+  state: 'settled' | 'failed',
+  outcome: IntentRecord['outcome'],
+  lastError?: IntentRecord['lastError'],
+): Promise<void> {
+  if (record.id === record.key || ctx.settledTtlMs === 0 || !outcome) {
+    await ctx.store.delete(record.id)
+    return
+  }
+  await save({
+    state,
+    outcome,
+    keepUntil: ctx.timers.now() + ctx.settledTtlMs,
+    ...(lastError ? { lastError } : {}),
+  })
+}
+
+/** Marks the intent expired (kept for reconciliation) and returns the error to throw. */
+export async function expire(
+  ctx: Pick<DriveContext, 'events'>,
+  record: IntentRecord,
+  save: (patch: Partial<IntentRecord>) => Promise<void>,
+): Promise<IntentExpiredError> {
+  const error = new IntentExpiredError({ intentId: record.id, key: record.key, expiresAt: record.expiresAt })
+  if (record.state !== 'expired') {
+    await save({ state: 'expired', lastError: summarize(error) })
+    ctx.events.emit('expired', {
+      id: record.id,
+      key: record.key,
+      createdAt: record.createdAt,
+      expiresAt: record.expiresAt,
+    })
+  }
+  return error
+}
+
+function summarize(error: unknown): NonNullable<IntentRecord['lastError']> {
+  const e = asError(error)
+  return { name: e.name, message: e.message, ...(isHTTPError(e) ? { status: e.status } : {}) }
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error))
+}

@@ -1,0 +1,23 @@
+import type { StoreEvents } from './store.js'
+
+/** Events of `client.on`. */
+export interface ClientEvents extends StoreEvents {
+  /** An attempt is about to be sent. `attempt` counts over every run and process (it is the `Oncely-Attempt` header). */
+  attempt: { id: string; key: string; attempt: number; method: string; url: string }
+  /** A retry is scheduled after `delayMs`; `reason` names the cause, such as `status 503` or `network`. */
+  retry: {
+    id: string
+    key: string
+    attempt: number
+    delayMs: number
+    retryAfter: boolean
+    reason: string
+    error: Error
+  }
+  /** The intent completed with a 2xx/3xx response. */
+  settled: { id: string; key: string; status: number; replayed: boolean; attempts: number }
+  /** A run ended with an error. `pending` is true when the intent stays pending (retry budget exhausted). */
+  failed: { id: string; key: string; error: Error; pending: boolean }
+  /** The intent outlived `intentTtlMs` unconfirmed: outcome unknown, never resent. */
+  expired: { id: string; key: string; createdAt: number; expiresAt: number }
+}

@@ -1,0 +1,30 @@
+import { v5 } from 'uuid'
+
+// Fixed namespace for derived keys, so the same intent gives the same key in every runtime and release.
+const NAMESPACE = '0b3c8f2e-5a1d-4e6b-9c7f-2d4a6e8b1c3f'
+
+/**
+ * A random RFC 4122 version 4 UUID. Uses `crypto.randomUUID` when present; it is missing on insecure origins
+ * (plain http) and older Hermes, where the same bits are drawn with `crypto.getRandomValues`.
+ */
+export function randomKey(): string {
+  const c = globalThis.crypto
+  if (typeof c?.randomUUID === 'function') return c.randomUUID()
+  if (typeof c?.getRandomValues !== 'function') {
+    throw new TypeError('No secure random source: crypto.getRandomValues is missing in this runtime')
+  }
+  const b = c.getRandomValues(new Uint8Array(16))
+  b[6] = (b[6]! & 0x0f) | 0x40 // version 4
+  b[8] = (b[8]! & 0x3f) | 0x80 // RFC 4122 variant
+  let hex = ''
+  for (const byte of b) hex += byte.toString(16).padStart(2, '0')
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
+
+/**
+ * A UUID version 5 derived from the intent id and its target, so the same business fact always gives the same key
+ * (across reloads, devices and processes). Pure JS SHA-1: works on insecure origins and Hermes.
+ */
+export function deriveKey(intentId: string, method: string, url: string): string {
+  return v5(`${intentId}\n${method}\n${url}`, NAMESPACE)
+}

@@ -1,0 +1,153 @@
+import type { RetryPolicy } from './backoff.js'
+import type { IntentStore } from './store.js'
+import type { Timers } from './timers.js'
+
+/** Retry budget of one run of an intent (a `request`, or one intent inside `resume()`). */
+export interface RetryOptions {
+  /**
+   * Retries after the first attempt (so at most `limit + 1` attempts per run).
+   * @default 8
+   */
+  limit?: number
+  /**
+   * Base of the exponential backoff: retry n waits `random(0, min(maxDelayMs, minDelayMs * 2^n))` (full jitter).
+   * @default 200
+   */
+  minDelayMs?: number
+  /**
+   * Ceiling of one backoff wait.
+   * @default 30_000
+   */
+  maxDelayMs?: number
+  /**
+   * Total time one run may take, waits included; no retry is scheduled that would end later.
+   * @default 120_000
+   */
+  maxElapsedMs?: number
+  /**
+   * Ceiling for a server's `Retry-After` (on 409, 429 and 503); a longer value waits this long instead.
+   * @default 60_000
+   */
+  maxRetryAfterMs?: number
+}
+
+/** Options of {@link createClient}. */
+export interface ClientOptions {
+  /**
+   * Absolute URL that request paths are resolved against.
+   * @example 'https://api.example.com'
+   */
+  baseUrl: string
+  /**
+   * Where intents are written before they are sent.
+   * @default indexedDbStore() in browsers, memoryStore() elsewhere (with a console warning)
+   */
+  store?: IntentStore
+  /**
+   * Headers resolved for every attempt and never persisted: put credentials here.
+   * @example async () => ({ authorization: `Bearer ${await getToken()}` })
+   */
+  headers?: () => Record<string, string> | Promise<Record<string, string>>
+  /** The retry budget. */
+  retry?: RetryOptions
+  /**
+   * Time after which one attempt is abandoned (and retried), in ms; `false` for none.
+   * @default 30_000
+   */
+  timeoutMs?: number | false
+  /**
+   * Age after which an intent is never resent, because the server may have forgotten its key. Keep it below the
+   * server's key retention.
+   * @default 82_800_000 (23 hours)
+   */
+  intentTtlMs?: number
+  /**
+   * How long a settled intent with an `intentId` keeps its outcome, so calling `request` again with the same
+   * `intentId` returns it instead of sending again. `0` forgets at once.
+   * @default 600_000 (10 minutes)
+   */
+  settledTtlMs?: number
+  /**
+   * Calls `resume()` once right after creation, for intents left by a previous page or process.
+   * @default false
+   */
+  resumeOnStart?: boolean
+  /**
+   * In browsers, calls `resume()` on the `online` event and when the page becomes visible. Removed by `close()`.
+   * @default true
+   */
+  resumeOnOnline?: boolean
+  /**
+   * The `fetch` to send with.
+   * @default globalThis.fetch, read at call time
+   */
+  fetch?: typeof fetch
+  /**
+   * Clock and timers; the defaults read the globals at call time, so fake timers work.
+   */
+  timers?: Timers
+  /**
+   * Source of randomness in [0, 1) for the backoff jitter.
+   * @default Math.random
+   */
+  random?: () => number
+}
+
+/** Options after defaults. */
+export interface ResolvedOptions {
+  baseUrl: URL
+  retry: RetryPolicy
+  timeoutMs: number | false
+  intentTtlMs: number
+  settledTtlMs: number
+}
+
+function check(name: string, value: unknown, fallback: number, min: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || Number.isNaN(value) || value < min) {
+    throw new TypeError(`Expected \`${name}\` to be a number >= ${min}, got ${String(value)}`)
+  }
+  return value
+}
+
+/** Applies defaults and validates, throwing a `TypeError` that names the bad option. */
+export function resolveOptions(options: ClientOptions): ResolvedOptions {
+  if (typeof options !== 'object' || options === null) throw new TypeError('Expected an options object')
+  let baseUrl: URL
+  try {
+    baseUrl = new URL(options.baseUrl)
+  } catch {
+    throw new TypeError(`Expected \`baseUrl\` to be an absolute URL, got ${String(options.baseUrl)}`)
+  }
+  for (const name of ['headers', 'fetch', 'random'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') {
+      throw new TypeError(`Expected \`${name}\` to be a function`)
+    }
+  }
+  const store = options.store
+  if (store !== undefined) {
+    for (const method of ['get', 'set', 'delete', 'list'] as const) {
+      if (typeof store?.[method] !== 'function') {
+        throw new TypeError(`Expected \`store.${method}\` to be a function (see the IntentStore interface)`)
+      }
+    }
+  }
+  const r = options.retry ?? {}
+  const limit = check('retry.limit', r.limit, 8, 0)
+  if (!Number.isInteger(limit)) throw new TypeError(`Expected \`retry.limit\` to be an integer, got ${limit}`)
+  const retry: RetryPolicy = {
+    limit,
+    minDelayMs: check('retry.minDelayMs', r.minDelayMs, 200, 0),
+    maxDelayMs: check('retry.maxDelayMs', r.maxDelayMs, 30_000, 0),
+    maxElapsedMs: check('retry.maxElapsedMs', r.maxElapsedMs, 120_000, 0),
+    maxRetryAfterMs: check('retry.maxRetryAfterMs', r.maxRetryAfterMs, 60_000, 0),
+  }
+  const timeoutMs = options.timeoutMs === false ? false : check('timeoutMs', options.timeoutMs, 30_000, 1)
+  return {
+    baseUrl,
+    retry,
+    timeoutMs,
+    intentTtlMs: check('intentTtlMs', options.intentTtlMs, 23 * 60 * 60 * 1000, 1),
+    settledTtlMs: check('settledTtlMs', options.settledTtlMs, 10 * 60 * 1000, 0),
+  }
+}

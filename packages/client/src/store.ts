@@ -1,0 +1,43 @@
+import type { IntentRecord } from './intent.js'
+
+/** Events a store can report to the client that uses it (see `client.on`). */
+export interface StoreEvents {
+  /** The preferred storage is unavailable (for example IndexedDB in private mode); intents now live in memory. */
+  'storage-fallback': { store: string; reason: string; error: unknown }
+  /** A corrupt entry was moved aside instead of crashing the client. */
+  quarantined: { store: string; id: string; location: string; reason: string }
+}
+
+/** Receives store events; the client forwards them to its `on` listeners. */
+export type StoreEventSink = <E extends keyof StoreEvents>(event: E, payload: StoreEvents[E]) => void
+
+/** The result of {@link IntentStore.exclusive}. */
+export type ExclusiveResult<T> = { acquired: true; value: T } | { acquired: false }
+
+/**
+ * Where intents live between attempts, reloads and restarts. Implement these four methods to plug in any storage;
+ * records are plain JSON values.
+ *
+ * Rules: `set` must be durable when its promise resolves (the client sends nothing before that); `get` and `list`
+ * must skip or quarantine corrupt entries rather than throw; all methods may be called concurrently.
+ */
+export interface IntentStore {
+  /** The record with this id, or `undefined`. */
+  get(id: string): Promise<IntentRecord | undefined>
+  /** Inserts or replaces the record with `record.id`. */
+  set(record: IntentRecord): Promise<void>
+  /** Removes the record; a missing record is not an error. */
+  delete(id: string): Promise<void>
+  /** Every record, in any order. */
+  list(): Promise<IntentRecord[]>
+  /**
+   * Optional: runs `fn` while holding an exclusive claim on intent `id` across tabs or processes sharing this
+   * storage, or returns `{ acquired: false }` at once when someone else holds it. Without it, two tabs may drive
+   * the same intent at once (the server's key check still makes that safe).
+   */
+  exclusive?<T>(id: string, fn: () => Promise<T>): Promise<ExclusiveResult<T>>
+  /** Optional: lets the store report events through the client. Called once by `createClient`. */
+  attach?(sink: StoreEventSink): void
+  /** Optional: releases connections or handles. */
+  close?(): Promise<void>
+}
