@@ -1,0 +1,211 @@
+/**
+ * Child processes the driver owns: servers and client workers. Each can be started (and restarted), stopped,
+ * SIGKILLed, SIGSTOPped and SIGCONTed; readiness is a line on its output or a health URL answering 2xx; output is
+ * appended to `<logDir>/<name>.log` across restarts, so a failing run keeps every incarnation's log.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { createWriteStream, mkdirSync, readFileSync, type WriteStream } from 'node:fs'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+
+export interface ExitInfo {
+  code: number | null
+  signal: NodeJS.Signals | null
+}
+
+export type Readiness = { line: RegExp } | { url: string }
+
+export interface ProcessSpec {
+  /** Names the process in logs and the history, e.g. `api-1`, `worker-3`. */
+  name: string
+  /** @default process.execPath (node) */
+  command?: string
+  args: string[]
+  /** Added to the driver's environment. @default {} */
+  env?: Record<string, string>
+  cwd?: string
+  /** When the process counts as started. Without it, as soon as it is spawned. */
+  ready?: Readiness
+  /** @default 30000 */
+  readyTimeoutMs?: number
+  /** Directory for `<name>.log`. */
+  logDir: string
+  /** Every output line, as it arrives (a worker's events come this way). */
+  onLine?: (line: string, stream: 'stdout' | 'stderr') => void
+  /** Every exit, expected or not. */
+  onExit?: (info: ExitInfo & { pid: number }) => void
+}
+
+export class ManagedProcess {
+  readonly spec: ProcessSpec
+  readonly logFile: string
+  #child: ChildProcess | undefined
+  #exited: Promise<ExitInfo> = Promise.resolve({ code: null, signal: null })
+  #log: WriteStream | undefined
+  #starts = 0
+
+  constructor(spec: ProcessSpec) {
+    if (!spec.name || !/^[\w.-]+$/.test(spec.name)) {
+      throw new TypeError('Expected `name` to be a non-empty file-name-safe string.')
+    }
+    if (!Array.isArray(spec.args)) throw new TypeError('Expected `args` to be an array of strings.')
+    if (spec.readyTimeoutMs !== undefined && !(spec.readyTimeoutMs > 0)) {
+      throw new TypeError('Expected `readyTimeoutMs` to be a positive number.')
+    }
+    if (
+      spec.ready &&
+      'url' in spec.ready &&
+      !/^http:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(spec.ready.url)
+    ) {
+      throw new TypeError(`Expected \`ready.url\` to be a loopback http URL, got ${spec.ready.url}.`)
+    }
+    this.spec = spec
+    mkdirSync(spec.logDir, { recursive: true })
+    this.logFile = join(spec.logDir, `${spec.name}.log`)
+  }
+
+  get name(): string {
+    return this.spec.name
+  }
+
+  /** The current incarnation's pid, while it runs. */
+  get pid(): number | undefined {
+    return this.running ? this.#child?.pid : undefined
+  }
+
+  get running(): boolean {
+    return this.#child !== undefined && this.#child.exitCode === null && this.#child.signalCode === null
+  }
+
+  /** How many times it was started. */
+  get starts(): number {
+    return this.#starts
+  }
+
+  /** Resolves when the current incarnation exits. */
+  get exited(): Promise<ExitInfo> {
+    return this.#exited
+  }
+
+  /** Spawns it and waits for readiness; on failure the process is killed and the error quotes the log's tail. */
+  async start(): Promise<void> {
+    if (this.running) throw new Error(`${this.name} is already running`)
+    const { spec } = this
+    this.#log ??= createWriteStream(this.logFile, { flags: 'a' })
+    const child = spawn(spec.command ?? process.execPath, spec.args, {
+      cwd: spec.cwd,
+      env: { ...process.env, ...spec.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    })
+    this.#child = child
+    this.#starts++
+    this.#log.write(
+      `--- ${spec.name} start #${this.#starts} pid ${child.pid} at ${new Date().toISOString()} ---\n`,
+    )
+    const readyLine = spec.ready && 'line' in spec.ready ? spec.ready.line : undefined
+    let markReady: () => void = () => {}
+    const ready = new Promise<void>((resolve) => {
+      markReady = resolve
+    })
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const source = child[stream]!
+      source.on('data', (chunk: Buffer) => this.#log?.write(chunk))
+      createInterface({ input: source }).on('line', (line) => {
+        if (readyLine?.test(line)) markReady()
+        spec.onLine?.(line, stream)
+      })
+    }
+    child.stdin!.on('error', () => {}) // writes to a killed worker must not crash the driver
+    this.#exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.#log?.write(`--- ${spec.name} pid ${child.pid} exited code=${code} signal=${signal} ---\n`)
+        spec.onExit?.({ code, signal, pid: child.pid ?? 0 })
+        resolve({ code, signal })
+      })
+    })
+    if (!spec.ready) return
+    if ('url' in spec.ready) void this.#pollHealth(spec.ready.url, child).then((ok) => ok && markReady())
+    const timeoutMs = spec.readyTimeoutMs ?? 30_000
+    let timer: NodeJS.Timeout | undefined
+    const outcome = await Promise.race([
+      ready.then(() => 'ready' as const),
+      this.#exited.then((info) => info),
+      new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), timeoutMs)
+      }),
+    ])
+    clearTimeout(timer)
+    if (outcome === 'ready') return
+    await this.kill()
+    const why =
+      outcome === 'timeout'
+        ? `not ready within ${timeoutMs} ms`
+        : `exited (code ${outcome.code}) before ready`
+    throw new Error(`${this.name} ${why}. Log tail:\n${this.#tail()}`)
+  }
+
+  /** Sends one line to its stdin (workers read commands this way). Returns false if it is not running. */
+  send(line: string): boolean {
+    if (!this.running) return false
+    return this.#child!.stdin!.write(`${line}\n`)
+  }
+
+  /** SIGKILL, and waits for the exit. */
+  async kill(): Promise<ExitInfo> {
+    if (this.running) this.#child!.kill('SIGKILL')
+    return this.#exited
+  }
+
+  /** SIGTERM (after SIGCONT, in case it is paused), then SIGKILL if it has not exited after `timeoutMs`. */
+  async stop(timeoutMs = 5000): Promise<ExitInfo> {
+    if (!this.running) return this.#exited
+    const child = this.#child!
+    child.kill('SIGCONT')
+    child.kill('SIGTERM')
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+    const info = await this.#exited
+    clearTimeout(timer)
+    return info
+  }
+
+  /** SIGSTOP: the process keeps its sockets and leases but does nothing (the fencing case). */
+  pause(): void {
+    if (this.running) this.#child!.kill('SIGSTOP')
+  }
+
+  /** SIGCONT. */
+  resume(): void {
+    if (this.running) this.#child!.kill('SIGCONT')
+  }
+
+  /** Closes the log once the process is gone for good. */
+  async dispose(): Promise<void> {
+    await this.stop()
+    const log = this.#log
+    this.#log = undefined
+    if (log) await new Promise<void>((resolve) => log.end(resolve))
+  }
+
+  /** Resolves true once `url` answers 2xx, false if this incarnation exits first. */
+  async #pollHealth(url: string, child: ChildProcess): Promise<boolean> {
+    while (this.#child === child && this.running) {
+      try {
+        const response = await fetch(url, { signal: AbortSignal.timeout(1000) })
+        await response.body?.cancel()
+        if (response.ok) return true
+      } catch {
+        // not listening yet
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    return false
+  }
+
+  #tail(): string {
+    try {
+      return readFileSync(this.logFile, 'utf8').split('\n').slice(-20).join('\n')
+    } catch {
+      return '(no log)'
+    }
+  }
+}

@@ -1,0 +1,140 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { ManagedProcess, type ProcessSpec } from '../src/processes.js'
+
+const logDir = mkdtempSync(join(tmpdir(), 'oncely-chaos-processes-'))
+const started: ManagedProcess[] = []
+afterEach(async () => {
+  for (const p of started.splice(0)) await p.dispose()
+})
+afterAll(() => rmSync(logDir, { recursive: true, force: true }))
+
+function managed(name: string, script: string, extra: Partial<ProcessSpec> = {}): ManagedProcess {
+  const p = new ManagedProcess({ name, args: ['-e', script], logDir, ...extra })
+  started.push(p)
+  return p
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+describe('ManagedProcess', () => {
+  it('waits for a readiness line, passes lines on and appends output to its log', async () => {
+    const lines: string[] = []
+    const p = managed(
+      'line',
+      "setTimeout(() => console.log('listening on 1234'), 100); setInterval(() => {}, 1000)",
+      {
+        ready: { line: /listening on \d+/ },
+        onLine: (line) => lines.push(line),
+      },
+    )
+    await p.start()
+    expect(p.running).toBe(true)
+    expect(lines).toContain('listening on 1234')
+    await p.dispose() // flushes the log
+    expect(readFileSync(p.logFile, 'utf8')).toContain('listening on 1234')
+  })
+
+  it('waits for a health URL to answer 2xx', async () => {
+    const port = await freePort()
+    const script = `setTimeout(() => require('node:http').createServer((q, s) => s.end('ok')).listen(${port}, '127.0.0.1'), 200)`
+    const p = managed('health', script, { ready: { url: `http://127.0.0.1:${port}/healthz` } })
+    await p.start()
+    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200)
+  })
+
+  it('rejects when the process exits before it is ready, quoting the log', async () => {
+    const p = managed('crash', "console.error('boom: no DATABASE_URL'); process.exit(3)", {
+      ready: { line: /ready/ },
+    })
+    await expect(p.start()).rejects.toThrow(/exited \(code 3\) before ready[\s\S]*boom: no DATABASE_URL/)
+  })
+
+  it('kills a process that is not ready in time', async () => {
+    const p = managed('slow', 'setInterval(() => {}, 1000)', {
+      ready: { line: /never/ },
+      readyTimeoutMs: 300,
+    })
+    await expect(p.start()).rejects.toThrow(/not ready within 300 ms/)
+    expect(p.running).toBe(false)
+    expect(await p.exited).toEqual({ code: null, signal: 'SIGKILL' })
+  })
+
+  it('SIGKILLs, and restarts with a new pid and the same log', async () => {
+    const exits: Array<string | null> = []
+    const p = managed('restart', "console.log('up'); setInterval(() => {}, 1000)", {
+      ready: { line: /up/ },
+      onExit: (info) => exits.push(info.signal),
+    })
+    await p.start()
+    const first = p.pid
+    expect(await p.kill()).toEqual({ code: null, signal: 'SIGKILL' })
+    await p.start()
+    expect(p.pid).not.toBe(first)
+    expect(p.starts).toBe(2)
+    expect(exits).toEqual(['SIGKILL'])
+    await p.dispose()
+    expect(readFileSync(p.logFile, 'utf8').match(/start #\d/g)).toEqual(['start #1', 'start #2'])
+  })
+
+  it('stops gracefully with SIGTERM when the process honours it', async () => {
+    const script =
+      "process.on('SIGTERM', () => { console.log('bye'); process.exit(0) }); console.log('up'); setInterval(() => {}, 1000)"
+    const p = managed('graceful', script, { ready: { line: /up/ } })
+    await p.start()
+    expect(await p.stop()).toEqual({ code: 0, signal: null })
+    await p.dispose()
+    expect(readFileSync(p.logFile, 'utf8')).toContain('bye')
+  })
+
+  it('SIGSTOP freezes the process and SIGCONT wakes it; stop works on a paused process', async () => {
+    let ticks = 0
+    const p = managed('pause', "setInterval(() => console.log('tick'), 10); console.log('up')", {
+      ready: { line: /up/ },
+      onLine: (line) => {
+        if (line === 'tick') ticks++
+      },
+    })
+    await p.start()
+    await sleep(100)
+    p.pause()
+    await sleep(100) // let output already in the pipe drain
+    const frozen = ticks
+    await sleep(300)
+    expect(ticks).toBe(frozen)
+    p.resume()
+    await sleep(300)
+    expect(ticks).toBeGreaterThan(frozen)
+    p.pause()
+    expect((await p.stop()).signal).toBe('SIGTERM')
+  })
+
+  it('sends lines to stdin', async () => {
+    const lines: string[] = []
+    const script =
+      "require('node:readline').createInterface({ input: process.stdin }).on('line', (l) => console.log('echo ' + l)); console.log('up')"
+    const p = managed('stdin', script, { ready: { line: /up/ }, onLine: (line) => lines.push(line) })
+    await p.start()
+    expect(p.send('{"type":"ping"}')).toBe(true)
+    for (let i = 0; i < 100 && !lines.includes('echo {"type":"ping"}'); i++) await sleep(20)
+    expect(lines).toContain('echo {"type":"ping"}')
+  })
+
+  it('validates its spec', () => {
+    expect(() => new ManagedProcess({ name: '../x', args: [], logDir })).toThrow(/`name`/)
+    expect(
+      () => new ManagedProcess({ name: 'x', args: [], logDir, ready: { url: 'http://10.0.0.1/' } }),
+    ).toThrow(/`ready.url`/)
+  })
+})
