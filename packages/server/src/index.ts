@@ -1,1 +1,25 @@
-export {}
+export type { BackstopOptions, BackstopResult } from './backstop.js'
+export { insertOrExisting } from './backstop.js'
+export { defaultClassify, defaultRenderError } from './engine/classify.js'
+export { createEngine, stepKeyFor } from './engine/engine.js'
+export { DEFAULT_REPLAY_HEADERS } from './engine/response.js'
+export type {
+  Engine,
+  EngineEvent,
+  EngineHookContext,
+  EngineHooks,
+  EngineOptions,
+  ErrorClass,
+  ExecuteInput,
+  ExecutionContext,
+  HandlerResponse,
+  Outcome,
+  ReaperOptions,
+  ReapOptions,
+  StoredResponse,
+} from './engine/types.js'
+export { isResponseTooLargeError, ResponseTooLargeError } from './errors.js'
+export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'
+export { DEFAULT_SCHEMA, DEFAULT_TABLE, migrate, migrations, renderMigrations } from './store/migrations.js'
+export type { PostgresStore, PostgresStoreOptions } from './store/postgres-store.js'
+export { postgresStore } from './store/postgres-store.js'

@@ -1,1 +1,2 @@
-export {}
+export type { FingerprintConfig, IdempotencyPluginOptions, IdempotencyRouteConfig } from './config.js'
+export { idempotency } from './plugin.js'

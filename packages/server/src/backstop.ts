@@ -1,0 +1,52 @@
+import type pg from 'pg'
+
+/** What {@link insertOrExisting} found. */
+export type BackstopResult<T> = { created: true; value: T } | { created: false; value: T }
+
+/** Options of {@link insertOrExisting}. */
+export interface BackstopOptions<T> {
+  /** The name of the business unique constraint (or unique index) that identifies the intent, such as `payments_cart_id_key`. */
+  constraint: string
+  /** The insert. Runs inside a savepoint so a unique violation does not abort the surrounding transaction. */
+  insert: (tx: pg.PoolClient) => Promise<T>
+  /** Reads the row that already exists; called only after a unique violation on `constraint`. */
+  existing: (tx: pg.PoolClient) => Promise<T>
+}
+
+function isUniqueViolation(error: unknown, constraint: string): boolean {
+  const e = error as { code?: unknown; constraint?: unknown } | null
+  return e?.code === '23505' && e.constraint === constraint
+}
+
+/**
+ * The second line of defence (seed 004, gotcha 9): an idempotency key expires or is lost, a very late retry arrives
+ * as a new request, and the business unique constraint catches it. This maps that unique violation (`23505` on the
+ * named constraint, detected by code and constraint name, never by message) to the existing resource. Other errors,
+ * including violations of other constraints, are rethrown. Must run inside a transaction (`ctx.tx` is one).
+ *
+ * @example
+ * const { created, value: payment } = await insertOrExisting(ctx.tx, {
+ *   constraint: 'payments_cart_id_key',
+ *   insert: (tx) => tx.query('INSERT INTO payments (cart_id, amount) VALUES ($1, $2) RETURNING *', [cart, amount]).then((r) => r.rows[0]),
+ *   existing: (tx) => tx.query('SELECT * FROM payments WHERE cart_id = $1', [cart]).then((r) => r.rows[0]),
+ * })
+ * return { status: created ? 201 : 200, body: payment }
+ */
+export async function insertOrExisting<T>(
+  tx: pg.PoolClient,
+  options: BackstopOptions<T>,
+): Promise<BackstopResult<T>> {
+  if (typeof options?.constraint !== 'string' || options.constraint === '') {
+    throw new TypeError('Expected `constraint` to be the name of a unique constraint.')
+  }
+  await tx.query('SAVEPOINT oncely_backstop')
+  try {
+    const value = await options.insert(tx)
+    await tx.query('RELEASE SAVEPOINT oncely_backstop')
+    return { created: true, value }
+  } catch (error) {
+    await tx.query('ROLLBACK TO SAVEPOINT oncely_backstop')
+    if (!isUniqueViolation(error, options.constraint)) throw error
+    return { created: false, value: await options.existing(tx) }
+  }
+}

@@ -1,0 +1,371 @@
+import { createHash, randomUUID } from 'node:crypto'
+import { canonicalJson } from '@oncely/protocol'
+import type pg from 'pg'
+import { ResponseTooLargeError } from '../errors.js'
+import * as q from '../store/queries.js'
+import { defaultClassify, defaultRenderError } from './classify.js'
+import { checkInput, positiveInteger, resolveOptions } from './options.js'
+import { normalizeResponse } from './response.js'
+import type {
+  Engine,
+  EngineEvent,
+  EngineOptions,
+  ExecuteInput,
+  ExecutionContext,
+  Outcome,
+  ReaperOptions,
+  ReapOptions,
+  StoredResponse,
+} from './types.js'
+
+// A reservation can lose a race against a concurrent release or reap and find the row gone or free; it then simply
+// tries again. This bounds those retries (each is a real state change by someone else, so it converges fast).
+const MAX_RACE_ROUNDS = 8
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/** A deterministic per-step key: SHA-256 over the canonical JSON of [scope, operation, key, step]. */
+export function stepKeyFor(scope: string, operation: string, key: string, step: string): string {
+  return createHash('sha256')
+    .update(canonicalJson([scope, operation, key, step]))
+    .digest('hex')
+}
+
+function storedFromRow(row: q.LookupRow): StoredResponse {
+  return {
+    status: row.response_status ?? 200,
+    headers: row.response_headers ?? {},
+    body: row.response_body ?? Buffer.alloc(0),
+  }
+}
+
+/**
+ * Creates the idempotency engine: reserve (one autocommit statement), run the handler in a business transaction,
+ * complete the key with a fenced UPDATE in that same transaction, COMMIT; or answer from the record.
+ *
+ * @example
+ * const engine = createEngine({ store: postgresStore({ pool }) })
+ * const outcome = await engine.execute({ scope, operation: 'POST /v1/payments', key, fingerprint, handler })
+ */
+export function createEngine(options: EngineOptions): Engine {
+  const config = resolveOptions(options)
+  const { pool, names } = options.store
+  const hooks = options.hooks ?? {}
+  const emit = (event: EngineEvent) => {
+    try {
+      options.onEvent?.(event)
+    } catch {
+      // An observer must not change the outcome of an execution.
+    }
+  }
+  pool.on('error', (error) => emit({ type: 'store_error', error }))
+
+  async function execute(input: ExecuteInput): Promise<Outcome> {
+    const { leaseMs, retentionMs } = checkInput(input, config)
+    const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
+    const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
+    let pollMs = 25
+    for (let round = 0; ; ) {
+      const token = randomUUID()
+      let reserved: q.ReserveRow | undefined
+      let row: q.LookupRow | undefined
+      try {
+        const headers = input.requestHeaders ?? null
+        const result = await pool.query<q.ReserveRow>(
+          q.reserve(names, id, input.fingerprint, token, leaseMs, retentionMs, headers),
+        )
+        reserved = result.rows[0]
+        if (!reserved) row = (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+      } catch (error) {
+        emit({ type: 'store_error', error, ...id })
+        if (input.failOpen) return failOpen(input)
+        return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+      }
+      if (reserved) return run(input, id, token, reserved)
+      const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
+      if (row && !row.expired && row.fingerprint !== input.fingerprint) {
+        emit({ type: 'mismatch', ...id })
+        return { kind: 'mismatch' }
+      }
+      if (raced || row?.status === 'failed_retryable') {
+        if (++round < MAX_RACE_ROUNDS) continue
+        return { kind: 'in_progress', retryAfterMs: 1_000, fencedOut: false }
+      }
+      if (row?.status === 'in_progress') {
+        const remaining = Date.now() + pollMs < deadline
+        if (remaining) {
+          await sleep(pollMs)
+          pollMs = Math.min(pollMs * 2, 500)
+          continue
+        }
+        const retryAfterMs = row.lease_remaining_ms ?? 1_000
+        emit({ type: 'conflict', retryAfterMs, ...id })
+        return { kind: 'in_progress', retryAfterMs, fencedOut: false }
+      }
+      const response = storedFromRow(row as q.LookupRow)
+      emit({ type: 'replayed', status: response.status, ...id })
+      return { kind: 'replayed', response, fencedOut: false }
+    }
+  }
+
+  async function run(
+    input: ExecuteInput,
+    id: q.RecordId,
+    token: string,
+    reserved: q.ReserveRow,
+  ): Promise<Outcome> {
+    const attempt = reserved.attempts
+    if (reserved.previous_expired) emit({ type: 'expired', ...id })
+    else if (reserved.previous_status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
+    emit({ type: 'reserved', attempt, ...id })
+    await hooks.afterReserve?.({ ...id, attempt })
+
+    const started = Date.now()
+    const abort = new AbortController()
+    let client: pg.PoolClient
+    try {
+      client = await pool.connect()
+    } catch (error) {
+      return storeFailed(id, token, error)
+    }
+    let broken: Error | undefined
+    const onClientError = (error: Error) => {
+      broken = error
+      abort.abort(error)
+      emit({ type: 'store_error', error, ...id })
+    }
+    client.on('error', onClientError)
+    let crashed: unknown
+    const rollback = async () => {
+      try {
+        await client.query('ROLLBACK')
+      } catch (error) {
+        broken ??= error as Error
+      }
+    }
+
+    try {
+      try {
+        await client.query('BEGIN')
+      } catch (error) {
+        broken ??= error as Error
+        return storeFailed(id, token, error)
+      }
+      const ctx: ExecutionContext = {
+        tx: client,
+        ...id,
+        attempt,
+        recoveryPoint: reserved.recovery_point,
+        saveRecoveryPoint: async (point) => {
+          const result = await pool.query(q.saveRecoveryPoint(names, id, token, point))
+          return result.rowCount === 1
+        },
+        stepKey: (step) => stepKeyFor(id.scope, id.operation, id.key, step),
+        signal: abort.signal,
+      }
+
+      let response: StoredResponse
+      try {
+        response = normalizeResponse(await input.handler(ctx), config.replayHeaders)
+      } catch (error) {
+        await rollback()
+        const kind = broken ? 'retryable' : (input.classify ?? defaultClassify)(error)
+        if (kind === 'retryable') return released(id, token, attempt, 'error', { error })
+        const stored = normalizeResponse(
+          (input.renderError ?? defaultRenderError)(error),
+          config.replayHeaders,
+        )
+        return completeOutsideTx(id, token, attempt, stored, started)
+      }
+      if (response.status >= 500) {
+        await rollback()
+        return released(id, token, attempt, 'server_error_response', { response })
+      }
+      if (response.body.length > config.maxResponseBytes) {
+        await rollback()
+        const error = new ResponseTooLargeError(response.body.length, config.maxResponseBytes)
+        return released(id, token, attempt, 'response_too_large', { error })
+      }
+
+      try {
+        await hooks.beforeCommit?.({ ...id, attempt, tx: client })
+      } catch (error) {
+        crashed = error
+        throw error
+      }
+
+      const status = response.status >= 400 ? 'failed_permanent' : 'succeeded'
+      let completed: pg.QueryResult
+      try {
+        completed = await client.query(q.complete(names, id, token, status, response, config.fenced))
+      } catch (error) {
+        await rollback()
+        return storeFailed(id, token, error)
+      }
+      if (completed.rowCount !== 1) {
+        await rollback()
+        return fencedOut(id, attempt)
+      }
+      try {
+        await client.query('COMMIT')
+      } catch (error) {
+        // The commit may or may not have happened. Releasing is still safe: it only matches a row still in progress
+        // under our token, so a committed completion is left alone and an uncommitted one frees the key at once.
+        broken ??= error as Error
+        return storeFailed(id, token, error)
+      }
+      emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
+      await hooks.afterCommit?.({ ...id, attempt })
+      return { kind: 'executed', response, status, attempt }
+    } catch (error) {
+      crashed ??= error
+      abort.abort(error)
+      throw error
+    } finally {
+      client.off('error', onClientError)
+      // A client that broke or sat in an abandoned transaction is destroyed rather than returned to the pool.
+      const destroy = broken ?? (crashed === undefined ? undefined : new Error('attempt abandoned'))
+      if (crashed !== undefined && !broken) await rollback()
+      client.release(destroy)
+    }
+  }
+
+  async function released(
+    id: q.RecordId,
+    token: string,
+    attempt: number,
+    reason: 'error' | 'server_error_response' | 'response_too_large',
+    detail: { error?: unknown; response?: StoredResponse },
+  ): Promise<Outcome> {
+    try {
+      await pool.query(q.release(names, id, token))
+      emit({ type: 'released', attempt, reason, ...id })
+    } catch (error) {
+      // The key stays in progress until its lease runs out; then the next attempt takes over.
+      emit({ type: 'store_error', error, ...id })
+    }
+    return { kind: 'retryable_failure', reason, ...detail }
+  }
+
+  async function completeOutsideTx(
+    id: q.RecordId,
+    token: string,
+    attempt: number,
+    response: StoredResponse,
+    started: number,
+  ): Promise<Outcome> {
+    let rowCount: number | null
+    try {
+      rowCount = (await pool.query(q.complete(names, id, token, 'failed_permanent', response, config.fenced)))
+        .rowCount
+    } catch (error) {
+      emit({ type: 'store_error', error, ...id })
+      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+    }
+    if (rowCount !== 1) return fencedOut(id, attempt)
+    emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
+    return { kind: 'executed', response, status: 'failed_permanent', attempt }
+  }
+
+  async function fencedOut(id: q.RecordId, attempt: number): Promise<Outcome> {
+    emit({ type: 'fenced_out', attempt, ...id })
+    let row: q.LookupRow | undefined
+    try {
+      row = (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+    } catch (error) {
+      emit({ type: 'store_error', error, ...id })
+      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+    }
+    if (row && (row.status === 'succeeded' || row.status === 'failed_permanent')) {
+      const response = storedFromRow(row)
+      emit({ type: 'replayed', status: response.status, ...id })
+      return { kind: 'replayed', response, fencedOut: true }
+    }
+    const retryAfterMs = row?.lease_remaining_ms || 1_000
+    emit({ type: 'conflict', retryAfterMs, ...id })
+    return { kind: 'in_progress', retryAfterMs, fencedOut: true }
+  }
+
+  async function storeFailed(id: q.RecordId, token: string, error: unknown): Promise<Outcome> {
+    emit({ type: 'store_error', error, ...id })
+    await pool.query(q.release(names, id, token)).catch(() => {})
+    return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+  }
+
+  async function failOpen(input: ExecuteInput): Promise<Outcome> {
+    let client: pg.PoolClient
+    try {
+      client = await pool.connect()
+    } catch (error) {
+      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+    }
+    let broken: Error | undefined
+    const onClientError = (error: Error) => {
+      broken = error
+    }
+    client.on('error', onClientError)
+    const abort = new AbortController()
+    try {
+      await client.query('BEGIN')
+      const raw = await input.handler({
+        tx: client,
+        scope: input.scope,
+        operation: input.operation,
+        key: input.key,
+        attempt: 1,
+        recoveryPoint: null,
+        saveRecoveryPoint: async () => false,
+        stepKey: (step) => stepKeyFor(input.scope, input.operation, input.key, step),
+        signal: abort.signal,
+      })
+      const response = normalizeResponse(raw, config.replayHeaders)
+      await client.query(response.status >= 500 ? 'ROLLBACK' : 'COMMIT')
+      return { kind: 'executed', response, status: 'succeeded', attempt: 1, failedOpen: true }
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {})
+      return { kind: 'retryable_failure', reason: 'error', error }
+    } finally {
+      client.off('error', onClientError)
+      client.release(broken)
+    }
+  }
+
+  async function reap(reapOptions: ReapOptions = {}): Promise<number> {
+    const batchSize = positiveInteger('batchSize', reapOptions.batchSize ?? 1_000)
+    const maxBatches = positiveInteger('maxBatches', reapOptions.maxBatches ?? 100)
+    let total = 0
+    for (let batch = 0; batch < maxBatches; batch++) {
+      const deleted = (await pool.query(q.reap(names, batchSize))).rowCount ?? 0
+      total += deleted
+      if (deleted < batchSize) break
+    }
+    return total
+  }
+
+  function startReaper(reaperOptions: ReaperOptions = {}): () => void {
+    const intervalMs = positiveInteger('intervalMs', reaperOptions.intervalMs ?? 60_000)
+    let running = false
+    const timer = setInterval(() => {
+      if (running) return
+      running = true
+      reap(reaperOptions)
+        .catch((error) => emit({ type: 'store_error', error }))
+        .finally(() => {
+          running = false
+        })
+    }, intervalMs)
+    timer.unref?.()
+    return () => clearInterval(timer)
+  }
+
+  return {
+    execute,
+    reap,
+    startReaper,
+    options: {
+      leaseMs: config.leaseMs,
+      retentionMs: config.retentionMs,
+      maxResponseBytes: config.maxResponseBytes,
+    },
+  }
+}

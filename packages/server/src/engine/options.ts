@@ -1,0 +1,76 @@
+import { DEFAULT_REPLAY_HEADERS, FORBIDDEN_REPLAY_HEADERS } from './response.js'
+import type { EngineOptions, ExecuteInput } from './types.js'
+
+export function positiveInteger(option: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    throw new TypeError(`Expected \`${option}\` to be a positive integer, got ${String(value)}.`)
+  }
+  return value
+}
+
+export interface ResolvedOptions {
+  leaseMs: number
+  retentionMs: number
+  maxResponseBytes: number
+  unavailableRetryAfterMs: number
+  replayHeaders: ReadonlySet<string>
+  fenced: boolean
+}
+
+function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = ''): void {
+  if (retentionMs <= leaseMs) {
+    throw new TypeError(
+      `Expected \`${prefix}retentionMs\` (${retentionMs}) to exceed \`${prefix}leaseMs\` (${leaseMs}).`,
+    )
+  }
+}
+
+export function resolveOptions(options: EngineOptions): ResolvedOptions {
+  if (typeof options !== 'object' || options === null)
+    throw new TypeError('Expected `options` to be an object.')
+  if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
+  const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
+  const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 86_400_000)
+  checkLeaseAndRetention(leaseMs, retentionMs)
+  const replayHeaders = new Set<string>()
+  for (const name of options.replayHeaders ?? DEFAULT_REPLAY_HEADERS) {
+    const lower = typeof name === 'string' ? name.toLowerCase() : ''
+    if (lower === '' || FORBIDDEN_REPLAY_HEADERS.has(lower)) {
+      throw new TypeError(`Expected \`replayHeaders\` not to contain ${JSON.stringify(name)}.`)
+    }
+    replayHeaders.add(lower)
+  }
+  if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
+    throw new TypeError('Expected `onEvent` to be a function.')
+  }
+  return {
+    leaseMs,
+    retentionMs,
+    maxResponseBytes: positiveInteger('maxResponseBytes', options.maxResponseBytes ?? 1_048_576),
+    unavailableRetryAfterMs: positiveInteger(
+      'unavailableRetryAfterMs',
+      options.unavailableRetryAfterMs ?? 1_000,
+    ),
+    replayHeaders,
+    fenced: options.unsafe?.disableFencing !== true,
+  }
+}
+
+export function checkInput(
+  input: ExecuteInput,
+  defaults: ResolvedOptions,
+): { leaseMs: number; retentionMs: number } {
+  if (typeof input !== 'object' || input === null) throw new TypeError('Expected `input` to be an object.')
+  for (const name of ['scope', 'operation', 'key', 'fingerprint'] as const) {
+    if (typeof input[name] !== 'string' || input[name].length === 0) {
+      throw new TypeError(`Expected \`${name}\` to be a non-empty string.`)
+    }
+  }
+  if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
+  if (input.wait !== undefined) positiveInteger('wait.timeoutMs', input.wait?.timeoutMs)
+  const leaseMs = input.leaseMs === undefined ? defaults.leaseMs : positiveInteger('leaseMs', input.leaseMs)
+  const retentionMs =
+    input.retentionMs === undefined ? defaults.retentionMs : positiveInteger('retentionMs', input.retentionMs)
+  checkLeaseAndRetention(leaseMs, retentionMs)
+  return { leaseMs, retentionMs }
+}

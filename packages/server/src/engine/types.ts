@@ -1,0 +1,236 @@
+import type pg from 'pg'
+import type { PostgresStore } from '../store/postgres-store.js'
+
+/** A response as the engine stores and replays it. */
+export interface StoredResponse {
+  /** HTTP status code (or an equivalent outcome code for non-HTTP adapters). */
+  status: number
+  /** Response headers, lower-case names; only the replay allowlist is stored. */
+  headers: Record<string, string>
+  /** The exact body bytes. */
+  body: Buffer
+}
+
+/** What a handler returns. Objects and arrays are stored as JSON (`application/json`), strings as UTF-8. */
+export interface HandlerResponse {
+  /** @default 200 */
+  status?: number
+  headers?: Record<string, string | number | readonly string[] | undefined>
+  body?: Buffer | Uint8Array | string | object | null
+}
+
+/** What the handler receives. */
+export interface ExecutionContext {
+  /**
+   * A client inside the open transaction that will also complete the key record. Do every business write on it;
+   * do not COMMIT or ROLLBACK it yourself.
+   */
+  tx: pg.PoolClient
+  scope: string
+  operation: string
+  key: string
+  /** 1 for the first execution of this key, then 2, 3, ... after a retryable failure or a takeover. */
+  attempt: number
+  /** The last point saved with {@link ExecutionContext.saveRecoveryPoint} by an earlier attempt, else `null`. */
+  recoveryPoint: string | null
+  /**
+   * Saves a recovery point, committed at once and outside the business transaction, so a later attempt knows how
+   * far an earlier one got (for example past an external call). Resolves `false` when this attempt was fenced out.
+   */
+  saveRecoveryPoint(point: string): Promise<boolean>
+  /**
+   * A deterministic key for one external call of this execution: SHA-256 (hex) of scope, operation, key and step.
+   * Send it as the provider's idempotency key so a retry after a crash cannot charge twice.
+   *
+   * @example
+   * await stripe.charges.create(params, { idempotencyKey: ctx.stepKey('charge') })
+   */
+  stepKey(step: string): string
+  /** Aborted when the engine gives up on this attempt (a hook threw, or the transaction broke). */
+  signal: AbortSignal
+}
+
+/** How a thrown error is treated. */
+export type ErrorClass = 'retryable' | 'permanent'
+
+/** One idempotent execution. */
+export interface ExecuteInput {
+  /** Who the key belongs to (a tenant or user id, from authentication, never from a client header). */
+  scope: string
+  /** What is being done, such as `POST /v1/payments`. The same key on two operations is two records. */
+  operation: string
+  /** The client's idempotency key. */
+  key: string
+  /** SHA-256 hex of the request, from `requestFingerprint()`. Reusing the key with another fingerprint is a mismatch. */
+  fingerprint: string
+  /** The work. Runs at most once per successful key, inside the transaction in `ctx.tx`. */
+  handler: (ctx: ExecutionContext) => Promise<HandlerResponse>
+  /**
+   * Classifies an error thrown by the handler. Retryable errors release the key (nothing stored); permanent ones
+   * are stored as the response from `renderError` and replayed.
+   * @default defaultClassify: HTTP 4xx `statusCode`/`status` is permanent; everything else is retryable
+   */
+  classify?: (error: unknown) => ErrorClass
+  /**
+   * Renders a permanent error as the response to store and replay.
+   * @default a JSON body `{ statusCode, code, error, message }` with the error's 4xx status
+   */
+  renderError?: (error: unknown) => HandlerResponse
+  /** Wait (bounded) for an in-flight first attempt to finish and return its result instead of `in_progress`. */
+  wait?: { timeoutMs: number }
+  /**
+   * Run the handler anyway (in a plain transaction, without a key record) when the store is unavailable. Only for
+   * operations that are naturally idempotent.
+   * @default false
+   */
+  failOpen?: boolean
+  /** Overrides the engine's `leaseMs` for this execution. */
+  leaseMs?: number
+  /** Overrides the engine's `retentionMs` for this execution. */
+  retentionMs?: number
+  /** Request headers to store with the record (an allowlist the caller already applied). Never credentials. */
+  requestHeaders?: Record<string, string>
+}
+
+/** The result of {@link Engine.execute}. */
+export type Outcome =
+  | {
+      kind: 'executed'
+      response: StoredResponse
+      /** `failed_permanent` when a permanent error was stored. */
+      status: 'succeeded' | 'failed_permanent'
+      attempt: number
+      /** True when the store was down and the handler ran without a key record (`failOpen`). */
+      failedOpen?: boolean
+    }
+  | {
+      kind: 'replayed'
+      response: StoredResponse
+      /** True when this attempt executed, was fenced out by a takeover, and answers with the winner's response. */
+      fencedOut: boolean
+    }
+  | { kind: 'in_progress'; retryAfterMs: number; fencedOut: boolean }
+  | { kind: 'mismatch' }
+  | { kind: 'unavailable'; retryAfterMs: number; error: unknown }
+  | {
+      kind: 'retryable_failure'
+      /** Why: the handler threw, answered 5xx, or its response exceeded `maxResponseBytes`. */
+      reason: 'error' | 'server_error_response' | 'response_too_large'
+      /** The thrown error (for `error` and `response_too_large`). */
+      error?: unknown
+      /** The handler's 5xx response, sent to the client but not stored. */
+      response?: StoredResponse
+    }
+
+interface EventBase {
+  scope: string
+  operation: string
+  key: string
+}
+
+/** Everything the engine reports through `onEvent`. Never carries request or response bodies. */
+export type EngineEvent =
+  | (EventBase & { type: 'reserved'; attempt: number })
+  | (EventBase & { type: 'executed'; attempt: number; status: number; durationMs: number })
+  | (EventBase & { type: 'replayed'; status: number })
+  | (EventBase & { type: 'conflict'; retryAfterMs: number })
+  | (EventBase & { type: 'mismatch' })
+  | (EventBase & { type: 'takeover'; attempt: number })
+  | (EventBase & { type: 'fenced_out'; attempt: number })
+  | (EventBase & { type: 'expired' })
+  | (EventBase & { type: 'released'; attempt: number; reason: string })
+  | { type: 'store_error'; error: unknown; scope?: string; operation?: string; key?: string }
+
+/** Where fault injection may interrupt an execution. */
+export interface EngineHookContext {
+  scope: string
+  operation: string
+  key: string
+  attempt: number
+  /** The business transaction, open (absent in `afterReserve` and `afterCommit`). */
+  tx?: pg.PoolClient
+}
+
+/**
+ * Test-only interruption points for fault injection and chaos testing. A hook that throws simulates a crash at that
+ * point: the engine abandons the attempt (the transaction rolls back, the key keeps its lease until it runs out)
+ * and `execute` rejects with the error. A hook that awaits simulates a pause.
+ */
+export interface EngineHooks {
+  /** After the reservation committed, before the business transaction begins. */
+  afterReserve?: (ctx: EngineHookContext) => Promise<void> | void
+  /** After the handler returned and the response was checked, before the fenced completion and COMMIT. */
+  beforeCommit?: (ctx: EngineHookContext) => Promise<void> | void
+  /** After COMMIT, before `execute` returns (so before any byte is sent). */
+  afterCommit?: (ctx: EngineHookContext) => Promise<void> | void
+}
+
+/** Options of {@link createEngine}. */
+export interface EngineOptions {
+  /** Where key records live: `postgresStore({ pool })`. */
+  store: PostgresStore
+  /**
+   * How long a reservation is exclusive. A duplicate gets 409 during the lease; after it, the next attempt takes
+   * over (the earlier one can then no longer complete: its completion is fenced). Set it above the handler's p99.
+   * @default 30_000
+   */
+  leaseMs?: number
+  /**
+   * How long a finished key is kept and replayed (`expires_at = now() + retentionMs`); an expired key is new again.
+   * Must exceed `leaseMs`. Tell clients, so they stop retrying a key before the server forgets it.
+   * @default 86_400_000 (24 hours)
+   */
+  retentionMs?: number
+  /**
+   * Largest response body stored for replay, in bytes. A larger response fails at completion time (business writes
+   * rolled back, key released), never silently truncated.
+   * @default 1_048_576
+   */
+  maxResponseBytes?: number
+  /**
+   * Response headers stored and replayed (lower-case). `set-cookie`, credentials and hop-by-hop headers are refused.
+   * @default DEFAULT_REPLAY_HEADERS: content-type, content-language, content-location, content-disposition, location,
+   * etag, last-modified, cache-control, expires, link, vary
+   */
+  replayHeaders?: readonly string[]
+  /**
+   * `Retry-After` advised when the store is unavailable.
+   * @default 1_000
+   */
+  unavailableRetryAfterMs?: number
+  /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */
+  onEvent?: (event: EngineEvent) => void
+  /** Fault-injection points for tests and chaos runs. Do not use in production code paths. */
+  hooks?: EngineHooks
+  /**
+   * TEST ONLY. Breaks the guarantees on purpose so a chaos checker can prove it detects duplicates.
+   * `disableFencing: true` lets a completion ignore the lock token, so a paused attempt commits after a takeover.
+   */
+  unsafe?: { disableFencing?: boolean }
+}
+
+/** Options of {@link Engine.reap}. */
+export interface ReapOptions {
+  /** Rows deleted per statement. @default 1_000 */
+  batchSize?: number
+  /** Stop after this many batches in one call. @default 100 */
+  maxBatches?: number
+}
+
+/** Options of {@link Engine.startReaper}. */
+export interface ReaperOptions extends ReapOptions {
+  /** Time between sweeps. @default 60_000 */
+  intervalMs?: number
+}
+
+/** The transport-agnostic idempotency engine. */
+export interface Engine {
+  /** Runs `input.handler` at most once per (scope, operation, key), or answers from the record. Never throws for store errors. */
+  execute(input: ExecuteInput): Promise<Outcome>
+  /** Deletes expired rows in bounded batches; returns how many. Safe with several instances at once. */
+  reap(options?: ReapOptions): Promise<number>
+  /** Starts a periodic `reap()`; call the returned function to stop it. The timer does not keep the process alive. */
+  startReaper(options?: ReaperOptions): () => void
+  /** The resolved options. */
+  readonly options: Readonly<Required<Pick<EngineOptions, 'leaseMs' | 'retentionMs' | 'maxResponseBytes'>>>
+}

@@ -1,0 +1,110 @@
+import type pg from 'pg'
+import { checkIdentifier, quoteIdent } from './identifiers.js'
+import { MIGRATION_TEMPLATES } from './migration-sql.js'
+
+/** One numbered migration, ready to run. */
+export interface Migration {
+  /** Position in the sequence, starting at 1. Never reused. */
+  id: number
+  /** The file name without `.sql`, such as `001_create_idempotency_keys`. */
+  name: string
+  /** The SQL with the schema and table names filled in. */
+  sql: string
+}
+
+/** Where the idempotency table lives. */
+export interface MigrationTarget {
+  /** @default 'oncely' */
+  schema?: string
+  /** @default 'idempotency_keys' */
+  table?: string
+}
+
+/** The default schema of the idempotency table. */
+export const DEFAULT_SCHEMA = 'oncely'
+/** The default name of the idempotency table. */
+export const DEFAULT_TABLE = 'idempotency_keys'
+const LEDGER = 'oncely_migrations'
+
+/**
+ * The migrations rendered for a schema and table, for users who apply SQL with their own migration tool.
+ *
+ * @example
+ * for (const m of renderMigrations({ schema: 'billing' })) await myTool.apply(m.name, m.sql)
+ */
+export function renderMigrations(target: MigrationTarget = {}): Migration[] {
+  const schema = checkIdentifier('schema', target.schema ?? DEFAULT_SCHEMA)
+  const table = checkIdentifier('table', target.table ?? DEFAULT_TABLE)
+  const names: Record<string, string> = {
+    schema: quoteIdent(schema),
+    table: quoteIdent(table),
+    expires_index: quoteIdent(`${table}_expires_at_idx`.slice(0, 63)),
+  }
+  return MIGRATION_TEMPLATES.map((m) => ({
+    id: m.id,
+    name: m.name,
+    sql: m.sql.replace(/\{\{(\w+)\}\}/g, (_, name: string) => names[name] ?? `{{${name}}}`),
+  }))
+}
+
+/** The migrations for the default `oncely.idempotency_keys` table. Use {@link renderMigrations} for other names. */
+export const migrations: readonly Migration[] = renderMigrations()
+
+/** What {@link migrate} did. */
+export interface MigrateResult {
+  /** Names of the migrations applied by this call, in order (empty when the schema was up to date). */
+  applied: string[]
+}
+
+/**
+ * Creates the schema and applies pending migrations in one transaction, under a transaction-scoped advisory lock,
+ * so any number of instances can call it at start-up at once: one applies, the others wait and find nothing to do.
+ * Applied migrations are recorded in `<schema>.oncely_migrations`.
+ *
+ * @example
+ * await migrate(pool, { schema: 'oncely' })
+ */
+export async function migrate(pool: pg.Pool, target: MigrationTarget = {}): Promise<MigrateResult> {
+  const list = renderMigrations(target)
+  const schema = quoteIdent(target.schema ?? DEFAULT_SCHEMA)
+  const table = target.table ?? DEFAULT_TABLE
+  const client = await pool.connect()
+  let failure: unknown
+  const onError = (error: unknown) => {
+    failure = error
+  }
+  client.on('error', onError)
+  try {
+    await client.query('BEGIN')
+    await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:migrate:${schema}`])
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${schema}.${quoteIdent(LEDGER)} (
+        table_name text NOT NULL, id integer NOT NULL, name text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (table_name, id))`,
+    )
+    const done = await client.query<{ id: number }>(
+      `SELECT id FROM ${schema}.${quoteIdent(LEDGER)} WHERE table_name = $1`,
+      [table],
+    )
+    const doneIds = new Set(done.rows.map((row) => row.id))
+    const applied: string[] = []
+    for (const migration of list) {
+      if (doneIds.has(migration.id)) continue
+      await client.query(migration.sql)
+      await client.query(
+        `INSERT INTO ${schema}.${quoteIdent(LEDGER)} (table_name, id, name) VALUES ($1, $2, $3)`,
+        [table, migration.id, migration.name],
+      )
+      applied.push(migration.name)
+    }
+    await client.query('COMMIT')
+    return { applied }
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  } finally {
+    client.off('error', onError)
+    client.release(failure instanceof Error ? failure : undefined)
+  }
+}

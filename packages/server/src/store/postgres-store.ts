@@ -1,0 +1,43 @@
+import type pg from 'pg'
+import { checkIdentifier, type TableNames, tableNames } from './identifiers.js'
+import { DEFAULT_SCHEMA, DEFAULT_TABLE } from './migrations.js'
+
+/** Options of {@link postgresStore}. */
+export interface PostgresStoreOptions {
+  /**
+   * Your pool, on the database that holds your business tables too, so key records and business writes commit in
+   * one transaction. The store adds an `'error'` listener to it (an idle client losing its connection must not
+   * crash the process) and never ends it.
+   */
+  pool: pg.Pool
+  /** @default 'oncely' */
+  schema?: string
+  /** @default 'idempotency_keys' */
+  table?: string
+}
+
+/** Where the engine keeps key records. Create with {@link postgresStore}. */
+export interface PostgresStore {
+  readonly kind: 'postgres'
+  readonly pool: pg.Pool
+  readonly names: TableNames
+}
+
+/**
+ * The Postgres store: the table created by `migrate()` on your pool.
+ *
+ * @example
+ * const store = postgresStore({ pool, schema: 'oncely', table: 'idempotency_keys' })
+ */
+export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  if (typeof options !== 'object' || options === null)
+    throw new TypeError('Expected `options` to be an object.')
+  const { pool } = options
+  if (typeof pool?.connect !== 'function' || typeof pool.query !== 'function') {
+    throw new TypeError('Expected `pool` to be a pg.Pool.')
+  }
+  const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
+  const table = checkIdentifier('table', options.table ?? DEFAULT_TABLE)
+  if (pool.listenerCount('error') === 0) pool.on('error', () => {})
+  return { kind: 'postgres', pool, names: tableNames(schema, table) }
+}

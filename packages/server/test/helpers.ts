@@ -1,0 +1,42 @@
+import { requestFingerprint } from '@oncely/protocol'
+import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import type pg from 'pg'
+import { createEngine, type EngineEvent, type EngineOptions, migrate, postgresStore } from '../src/index.js'
+
+/** A fresh database with the oncely table and a `payments` business table (unique per cart: the natural key). */
+export async function setupDatabase(label: string): Promise<TestDatabase> {
+  const db = await createTestDatabase(label, { max: 20 })
+  await migrate(db.pool)
+  await db.pool.query(`CREATE TABLE payments (
+    id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL,
+    CONSTRAINT payments_cart_key UNIQUE (tenant, cart))`)
+  return db
+}
+
+/** An engine on the database that records its events. */
+export function engineFor(pool: pg.Pool, options: Partial<EngineOptions> = {}) {
+  const events: EngineEvent[] = []
+  const engine = createEngine({
+    store: postgresStore({ pool }),
+    onEvent: (event) => events.push(event),
+    ...options,
+  })
+  return { engine, events }
+}
+
+export const fingerprintOf = (body: unknown) =>
+  requestFingerprint({ method: 'POST', route: '/v1/payments', body })
+
+export async function countPayments(pool: pg.Pool, tenant?: string): Promise<number> {
+  const result = tenant
+    ? await pool.query('SELECT count(*)::int AS n FROM payments WHERE tenant = $1', [tenant])
+    : await pool.query('SELECT count(*)::int AS n FROM payments')
+  return result.rows[0].n
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+let counter = 0
+/** A key no other test uses. */
+export const freshKey = (label = 'k') =>
+  `${label}-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`
