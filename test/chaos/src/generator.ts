@@ -1,0 +1,85 @@
+/**
+ * The generator: the run's intents, decided up front from the seed, so a seed always means the same workload.
+ *
+ * Each intent's `reference` is its id: that is how the checker finds its effects in the ledger. Probes reuse an
+ * earlier intent's key: a `changed-payload` probe changes the amount and gets its own reference (it must be refused
+ * with 422 and leave nothing behind); a `reordered` probe sends the original body with its members in another
+ * order (canonically equal, so it must get the original's stored response).
+ */
+import type { IntentKind, PaymentBody } from './history.js'
+import type { Random } from './random.js'
+
+export interface PlannedIntent {
+  id: string
+  tenant: string
+  key: string
+  kind: IntentKind
+  /** The original intent, for probes. */
+  of?: string
+  body: PaymentBody
+  /** Which worker issues it (probes go to their original's worker, after it, so the original is settled or in flight). */
+  worker: number
+}
+
+export interface PlanOptions {
+  intents: number
+  workers: number
+  /** @default 3 */
+  tenants?: number
+  /** Share of intents that are `changed-payload` probes. @default 0.05 */
+  changedPayloadRate?: number
+  /** Share of intents that are `reordered` probes. @default 0.05 */
+  reorderedRate?: number
+  /** Share of normal intents whose amount is above 1,000,000, which the provider declines (402). @default 0.05 */
+  declineRate?: number
+}
+
+/** The demo declines amounts above this with 402. */
+export const DECLINE_ABOVE = 1_000_000
+const CURRENCIES = ['eur', 'usd', 'gbp']
+
+/** Plans the run's intents. Pure: the same stream and options give the same plan. */
+export function planIntents(random: Random, options: PlanOptions): PlannedIntent[] {
+  const tenants = options.tenants ?? 3
+  const changedRate = options.changedPayloadRate ?? 0.05
+  const reorderedRate = options.reorderedRate ?? 0.05
+  const declineRate = options.declineRate ?? 0.05
+  const plan: PlannedIntent[] = []
+  const originals: PlannedIntent[] = []
+  for (let n = 1; n <= options.intents; n++) {
+    const id = `i${String(n).padStart(5, '0')}`
+    const draw = random.next()
+    const original = originals.length > 0 ? random.pick(originals) : undefined
+    if (original && draw < changedRate) {
+      const amount = original.body.amount === 1 ? 2 : original.body.amount - 1
+      plan.push({
+        ...probe(id, original, 'changed-payload'),
+        body: { amount, currency: original.body.currency, reference: id },
+      })
+      continue
+    }
+    if (original && draw < changedRate + reorderedRate) {
+      const { amount, currency, reference } = original.body
+      plan.push({ ...probe(id, original, 'reordered'), body: { reference, currency, amount } as PaymentBody })
+      continue
+    }
+    const amount = random.chance(declineRate)
+      ? random.int(DECLINE_ABOVE + 1, 2 * DECLINE_ABOVE)
+      : random.int(1, 100_000)
+    const intent: PlannedIntent = {
+      id,
+      tenant: `tenant-${random.int(1, tenants)}`,
+      key: `chaos-${random.seed.toString(16)}-${id}`,
+      kind: 'normal',
+      body: { amount, currency: random.pick(CURRENCIES), reference: id },
+      worker: random.int(0, options.workers - 1),
+    }
+    plan.push(intent)
+    originals.push(intent)
+  }
+  return plan
+}
+
+function probe(id: string, original: PlannedIntent, kind: IntentKind) {
+  return { id, tenant: original.tenant, key: original.key, kind, of: original.id, worker: original.worker }
+}

@@ -1,0 +1,148 @@
+/** The driver's options: parsed from the command line, validated, and turned back into a reproduce command. */
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { FAULT_KINDS, type FaultKind, isFaultKind } from './faults.js'
+import { MAX_SEED, randomSeed } from './random.js'
+
+export type Tier = 'quick' | 'long'
+
+export interface ChaosOptions {
+  /** Everything random in the run derives from it. @default a fresh random seed, printed */
+  seed: number
+  /** Sizing preset. @default 'quick' */
+  tier: Tier
+  /** How many intents the generator issues (probes included). @default 200 (quick), 5000 (long) */
+  intents: number
+  /** Upper bound on the fault phase; the final drain comes after. @default 60 s (quick), 30 min (long) */
+  durationMs: number
+  /** Fault kinds to inject. @default all of them */
+  faults: FaultKind[]
+  /** Where to write the JSON report. @default `<runDir>/report.json` */
+  report: string
+  /** `false` runs the demo without its idempotency layer: the checker must then report violations. @default true */
+  idempotency: boolean
+  /** `false` runs the demo without fencing its completions: a paused server's late write must be caught. @default true */
+  fencing: boolean
+  /** API instances behind the proxies. @default 2 */
+  servers: number
+  /** Client worker processes. @default 3 */
+  workers: number
+  /** Directory for the history, logs, report and database dump. @default test/chaos/runs/<time>-seed-<seed> */
+  runDir: string
+}
+
+const TIERS: Record<Tier, { intents: number; durationMs: number }> = {
+  quick: { intents: 200, durationMs: 60_000 },
+  long: { intents: 5000, durationMs: 30 * 60_000 },
+}
+
+export const USAGE = `Usage: pnpm chaos [options]
+  --seed <n>            unsigned 32-bit seed (default: random, printed)
+  --tier quick|long     sizing preset (default: quick)
+  --intents <n>         number of intents (default: 200 quick, 5000 long)
+  --duration <time>     fault phase bound, e.g. 90s, 10m (default: 60s quick, 30m long)
+  --faults a,b,c        fault kinds (default: all): ${FAULT_KINDS.join(', ')}
+  --report <file>       JSON report path (default: <run dir>/report.json)
+  --idempotency off     run the demo without idempotency (the checker must fail)
+  --fencing off         run the demo without fencing (the checker must fail)
+  --servers <n>         API instances (default: 2)
+  --workers <n>         client workers (default: 3)
+  --run-dir <dir>       where to keep history, logs, report and dump`
+
+/**
+ * Parses `argv` (without node and the script). Throws a TypeError naming the bad option.
+ *
+ * @param root Directory that default run directories are created under.
+ */
+export function parseOptions(argv: string[], root: string, now = new Date()): ChaosOptions {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      seed: { type: 'string' },
+      tier: { type: 'string' },
+      intents: { type: 'string' },
+      duration: { type: 'string' },
+      faults: { type: 'string' },
+      report: { type: 'string' },
+      idempotency: { type: 'string' },
+      fencing: { type: 'string' },
+      servers: { type: 'string' },
+      workers: { type: 'string' },
+      'run-dir': { type: 'string' },
+    },
+  })
+  const tier = values.tier ?? 'quick'
+  if (tier !== 'quick' && tier !== 'long') throw new TypeError('Expected `--tier` to be quick or long.')
+  const seed = values.seed === undefined ? randomSeed() : integer('--seed', values.seed, 0, MAX_SEED)
+  const faults = values.faults === undefined ? [...FAULT_KINDS] : parseFaults(values.faults)
+  const stamp = now.toISOString().replace(/[:.]/g, '-')
+  const runDir = values['run-dir'] ?? join(root, 'runs', `${stamp}-seed-${seed}`)
+  return {
+    seed,
+    tier,
+    intents:
+      values.intents === undefined ? TIERS[tier].intents : integer('--intents', values.intents, 1, 1e6),
+    durationMs: values.duration === undefined ? TIERS[tier].durationMs : parseDuration(values.duration),
+    faults,
+    report: values.report ?? join(runDir, 'report.json'),
+    idempotency: onOff('--idempotency', values.idempotency),
+    fencing: onOff('--fencing', values.fencing),
+    servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
+    workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
+    runDir,
+  }
+}
+
+/** The one command line that reruns this configuration with the same seed. */
+export function reproduceCommand(options: ChaosOptions): string {
+  const args = [
+    'pnpm --filter @oncely/chaos chaos',
+    `--seed ${options.seed}`,
+    `--tier ${options.tier}`,
+    `--intents ${options.intents}`,
+    `--duration ${Math.round(options.durationMs / 1000)}s`,
+    `--servers ${options.servers}`,
+    `--workers ${options.workers}`,
+  ]
+  if (options.faults.length !== FAULT_KINDS.length) args.push(`--faults ${options.faults.join(',')}`)
+  if (!options.idempotency) args.push('--idempotency off')
+  if (!options.fencing) args.push('--fencing off')
+  return args.join(' ')
+}
+
+function integer(name: string, text: string, min: number, max: number): number {
+  const value = Number(text)
+  if (!/^\d+$/.test(text) || value < min || value > max) {
+    throw new TypeError(`Expected \`${name}\` to be an integer in [${min}, ${max}], got ${text}.`)
+  }
+  return value
+}
+
+function parseDuration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h)?$/.exec(text)
+  if (!match) throw new TypeError(`Expected \`--duration\` like 500ms, 90s, 10m or 1h, got ${text}.`)
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] ?? 's']!
+  const value = Number(match[1]) * unit
+  if (value < 1000) throw new TypeError('Expected `--duration` to be at least 1s.')
+  return value
+}
+
+function parseFaults(text: string): FaultKind[] {
+  if (text === 'none') return []
+  const faults = text.split(',').map((f) => f.trim())
+  for (const fault of faults) {
+    if (!isFaultKind(fault)) {
+      throw new TypeError(
+        `Unknown fault \`${fault}\` in \`--faults\`; expected none or some of ${FAULT_KINDS.join(', ')}.`,
+      )
+    }
+  }
+  return [...new Set(faults)] as FaultKind[]
+}
+
+function onOff(name: string, text: string | undefined): boolean {
+  if (text === undefined || text === 'on') return true
+  if (text === 'off') return false
+  throw new TypeError(`Expected \`${name}\` to be on or off, got ${text}.`)
+}
