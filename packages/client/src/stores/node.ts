@@ -1,1 +1,205 @@
-export {}
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises'
+import { join } from 'node:path'
+import { QuotaExceededError } from '../errors/quota-exceeded-error.js'
+import { StorageError } from '../errors/storage-error.js'
+import { type IntentRecord, isIntentRecord } from '../intent.js'
+import type { ExclusiveResult, IntentStore, StoreEventSink } from '../store.js'
+
+/** Options of {@link fileStore}. */
+export interface FileStoreOptions {
+  /**
+   * Directory holding one JSON file per intent (created if missing). Processes sharing it share their intents.
+   * @example '.oncely'
+   */
+  dir: string
+  /**
+   * How long a process's claim on an intent lasts without renewal; a claim held by a process that no longer exists
+   * is taken over at once.
+   * @default 10_000
+   */
+  leaseMs?: number
+}
+
+const QUARANTINE = 'quarantine'
+
+/**
+ * Keeps intents as files for Node: each write goes to a temporary file that is fsynced, renamed over the old one,
+ * and the directory fsynced, so a crash at any instant leaves either the old or the new record, never a torn one.
+ * Unreadable files are moved to `<dir>/quarantine/` with a `quarantined` event instead of crashing the client.
+ *
+ * @example
+ * import { fileStore } from '@oncely/client/node'
+ * createClient({ baseUrl, store: fileStore({ dir: '.oncely' }) })
+ */
+export function fileStore(options: FileStoreOptions): IntentStore {
+  if (typeof options?.dir !== 'string' || options.dir === '') {
+    throw new TypeError('Expected `dir` to be a non-empty directory path')
+  }
+  const dir = options.dir
+  const leaseMs = options.leaseMs ?? 10_000
+  if (!(leaseMs > 0))
+    throw new TypeError(`Expected \`leaseMs\` to be a positive number, got ${String(leaseMs)}`)
+  let sink: StoreEventSink | undefined
+  let ready: Promise<unknown> | undefined
+  const ensureDir = () => {
+    ready ??= mkdir(dir, { recursive: true }).catch((error) => {
+      ready = undefined
+      throw toStorageError(error)
+    })
+    return ready
+  }
+  // Ids can hold any character; a hash makes a safe, fixed-length file name.
+  const fileOf = (id: string) =>
+    join(dir, `${createHash('sha256').update(id).digest('hex').slice(0, 40)}.json`)
+
+  const syncDir = async () => {
+    const handle = await open(dir, 'r')
+    try {
+      await handle.sync()
+    } finally {
+      await handle.close()
+    }
+  }
+
+  const quarantine = async (file: string, id: string, reason: string) => {
+    const target = join(dir, QUARANTINE, `${file.slice(dir.length + 1)}.${Date.now()}`)
+    try {
+      await mkdir(join(dir, QUARANTINE), { recursive: true })
+      await rename(file, target)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw toStorageError(error)
+      return
+    }
+    sink?.('quarantined', { store: 'file', id, location: target, reason })
+  }
+
+  const read = async (file: string, expectedId?: string): Promise<IntentRecord | undefined> => {
+    let text: string
+    try {
+      text = await readFile(file, 'utf8')
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+      throw toStorageError(error)
+    }
+    let value: unknown
+    try {
+      value = JSON.parse(text)
+    } catch (error) {
+      await quarantine(file, expectedId ?? '', `not JSON: ${(error as Error).message}`)
+      return undefined
+    }
+    if (!isIntentRecord(value) || (expectedId !== undefined && value.id !== expectedId)) {
+      await quarantine(file, expectedId ?? '', 'not an intent record')
+      return undefined
+    }
+    return value
+  }
+
+  const write = async (file: string, text: string) => {
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`
+    try {
+      const handle = await open(tmp, 'w')
+      try {
+        await handle.writeFile(text)
+        await handle.sync()
+      } finally {
+        await handle.close()
+      }
+      await rename(tmp, file)
+      await syncDir()
+    } catch (error) {
+      await unlink(tmp).catch(() => {})
+      throw toStorageError(error)
+    }
+  }
+
+  // A lock file per intent naming its holder; stale when its process is gone or its lease ran out. Best effort
+  // across processes (two takers of one stale lock can race); the server's key check remains the guarantee.
+  const lockOf = (id: string) => fileOf(id).replace(/\.json$/, '.lock')
+  const takeLock = async (lock: string): Promise<boolean> => {
+    const body = () => JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs })
+    try {
+      const handle = await open(lock, 'wx')
+      await handle.writeFile(body())
+      await handle.close()
+      return true
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toStorageError(error)
+    }
+    const holder = await readFile(lock, 'utf8').then(
+      (text) => JSON.parse(text) as { pid: number; until: number },
+      () => undefined,
+    )
+    if (holder && holder.until > Date.now() && isAlive(holder.pid)) return false
+    await unlink(lock).catch(() => {})
+    return takeLock(lock)
+  }
+
+  return {
+    attach(next) {
+      sink = next
+    },
+    async get(id) {
+      await ensureDir()
+      return read(fileOf(id), id)
+    },
+    async set(record) {
+      await ensureDir()
+      await write(fileOf(record.id), JSON.stringify(record))
+    },
+    async delete(id) {
+      await ensureDir()
+      try {
+        await unlink(fileOf(id))
+        await syncDir()
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw toStorageError(error)
+      }
+    },
+    async list() {
+      await ensureDir()
+      const names = (await readdir(dir)).filter((name) => name.endsWith('.json'))
+      const records = await Promise.all(names.map((name) => read(join(dir, name))))
+      return records.filter((record): record is IntentRecord => record !== undefined)
+    },
+    async exclusive<T>(id: string, fn: () => Promise<T>): Promise<ExclusiveResult<T>> {
+      await ensureDir()
+      const lock = lockOf(id)
+      if (!(await takeLock(lock))) return { acquired: false }
+      const renew = setInterval(() => {
+        void write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs })).catch(() => {})
+      }, leaseMs / 3)
+      renew.unref()
+      try {
+        return { acquired: true, value: await fn() }
+      } finally {
+        clearInterval(renew)
+        await unlink(lock).catch(() => {})
+      }
+    },
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+function toStorageError(error: unknown): StorageError {
+  if (error instanceof StorageError) return error
+  const code = (error as NodeJS.ErrnoException).code
+  if (code === 'ENOSPC' || code === 'EDQUOT') {
+    return new QuotaExceededError(
+      `The disk is full (${code}); the intent was not recorded and nothing was sent`,
+      {
+        cause: error,
+      },
+    )
+  }
+  return new StorageError(`File store failed: ${(error as Error).message}`, { cause: error })
+}

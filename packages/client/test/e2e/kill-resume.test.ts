@@ -1,0 +1,91 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { startIdempotentServer, type TestServer } from '../support/idempotent-server.js'
+
+const fixture = fileURLToPath(new URL('./fixtures/pay.ts', import.meta.url))
+const packageDir = fileURLToPath(new URL('../..', import.meta.url))
+let server: TestServer
+let dir: string
+
+beforeAll(async () => {
+  server = await startIdempotentServer()
+  dir = await mkdtemp(join(tmpdir(), 'oncely-kill-'))
+})
+afterAll(async () => {
+  await server?.close()
+  await rm(dir, { recursive: true, force: true })
+})
+
+function child(mode: 'pay' | 'resume'): {
+  proc: ChildProcess
+  lines: Record<string, unknown>[]
+  exited: Promise<number | null>
+} {
+  const proc = spawn(
+    process.execPath,
+    ['--conditions=@oncely/source', '--import', 'tsx', fixture, mode, server.url, dir],
+    { cwd: packageDir, stdio: ['ignore', 'pipe', 'pipe'] },
+  )
+  const lines: Record<string, unknown>[] = []
+  let buffer = ''
+  proc.stdout!.on('data', (chunk: Buffer) => {
+    buffer += chunk.toString()
+    let newline = buffer.indexOf('\n')
+    while (newline >= 0) {
+      lines.push(JSON.parse(buffer.slice(0, newline)))
+      buffer = buffer.slice(newline + 1)
+      newline = buffer.indexOf('\n')
+    }
+  })
+  proc.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk))
+  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)))
+  return { proc, lines, exited }
+}
+
+async function until(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+it('a process SIGKILLed while responses are dropped leaves an intent that a second process completes once', async () => {
+  server.dropResponses = true
+  const first = child('pay')
+  // The server commits every attempt's effect and then drops the connection; let the client retry a few times.
+  await until(() => server.requests.length >= 3, 'three dropped attempts')
+  first.proc.kill('SIGKILL')
+  expect(await first.exited).toBe(null)
+  const key = server.requests[0]!.key!
+  expect(new Set(server.requests.map((r) => r.key))).toEqual(new Set([key]))
+  expect(server.effects.get(key)).toBe(1)
+  expect((await readdir(dir)).filter((name) => name.endsWith('.json'))).toHaveLength(1)
+
+  server.dropResponses = false
+  const second = child('resume')
+  expect(await second.exited).toBe(0)
+  const resumed = second.lines.find((line) => line.event === 'resumed') as {
+    outcomes: {
+      outcome: string
+      key: string
+      response: { status: number; replayed: boolean; attempts: number }
+    }[]
+  }
+  expect(resumed.outcomes).toHaveLength(1)
+  expect(resumed.outcomes[0]).toMatchObject({
+    outcome: 'settled',
+    key,
+    response: { status: 201, replayed: true },
+  })
+  // Attempts count across both processes: the resume continued the first process's numbering.
+  expect(resumed.outcomes[0]!.response.attempts).toBeGreaterThan(server.requests.length - 1)
+  expect(second.lines.find((line) => line.event === 'pending')).toEqual({ event: 'pending', pending: [] })
+  expect(new Set(server.requests.map((r) => r.key))).toEqual(new Set([key]))
+  expect([...server.effects.values()]).toEqual([1])
+  expect(server.requests.every((r) => r.body === '{"amount":4200,"currency":"eur"}')).toBe(true)
+})
