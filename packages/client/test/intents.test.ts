@@ -1,0 +1,264 @@
+import { HttpResponse, http } from 'msw'
+import { setupServer } from 'msw/node'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
+import {
+  createClient,
+  IdempotencyKeyReusedError,
+  type IntentRecord,
+  type IntentStore,
+  isIntentExpiredError,
+  memoryStore,
+  QuotaExceededError,
+} from '../src/index.js'
+import { deriveKey, randomKey } from '../src/keys.js'
+
+const BASE = 'http://api.test'
+const server = setupServer()
+const seen: { key: string | null; headers: Headers; body: string; raw: number[] }[] = []
+let replies: Record<string, { status: number; data: { n: number } }> = {}
+
+beforeAll(() => server.listen({ onUnhandledRequest: 'error' }))
+beforeEach(() => {
+  seen.length = 0
+  replies = {}
+  server.use(
+    http.all(`${BASE}/*`, async ({ request }) => {
+      const key = request.headers.get('idempotency-key')
+      const raw = new Uint8Array(await request.arrayBuffer())
+      seen.push({ key, headers: request.headers, body: new TextDecoder().decode(raw), raw: [...raw] })
+      const stored = key ? replies[key] : undefined
+      if (stored)
+        return HttpResponse.json(stored.data, {
+          status: stored.status,
+          headers: { 'idempotent-replayed': 'true' },
+        })
+      const data = { n: seen.length }
+      if (key) replies[key] = { status: 201, data }
+      return HttpResponse.json(data, { status: 201 })
+    }),
+  )
+})
+afterEach(() => {
+  server.resetHandlers()
+  vi.unstubAllGlobals()
+})
+afterAll(() => server.close())
+
+const make = (overrides: Partial<Parameters<typeof createClient>[0]> = {}) =>
+  createClient({ baseUrl: BASE, store: memoryStore(), resumeOnOnline: false, ...overrides })
+
+describe('write-ahead', () => {
+  it('records the intent, without secrets, before the first byte is sent', async () => {
+    const inner = memoryStore()
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => {
+      release = resolve
+    })
+    const written: IntentRecord[] = []
+    const store: IntentStore = {
+      ...inner,
+      async set(record) {
+        if (written.length === 0) await gate
+        written.push(record)
+        await inner.set(record)
+      },
+    }
+    const client = make({ store, headers: async () => ({ 'x-session': 'from-fn' }) })
+    const running = client.request({
+      path: '/v1/payments',
+      json: { amount: 1 },
+      headers: { authorization: 'Bearer secret', cookie: 'a=b', 'x-tenant': 't1' },
+    })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(seen).toHaveLength(0) // the write has not resolved, so nothing went out
+    release()
+    const res = await running
+    expect(seen).toHaveLength(1)
+    expect(seen[0]!.headers.get('authorization')).toBe('Bearer secret')
+    expect(seen[0]!.headers.get('x-session')).toBe('from-fn')
+    expect(written[0]).toMatchObject({
+      key: res.key,
+      method: 'POST',
+      url: `${BASE}/v1/payments`,
+      body: { encoding: 'utf8', data: '{"amount":1}' },
+      headers: { 'content-type': 'application/json', 'x-tenant': 't1' },
+      state: 'pending',
+      attempts: 0,
+      version: 1,
+    })
+    expect(JSON.stringify(written)).not.toMatch(/secret|a=b|from-fn/)
+  })
+
+  it('sends nothing when the store cannot record the intent', async () => {
+    const store: IntentStore = {
+      ...memoryStore(),
+      async set() {
+        throw new QuotaExceededError('full')
+      },
+    }
+    await expect(make({ store }).request({ path: '/v1/payments', json: {} })).rejects.toBeInstanceOf(
+      QuotaExceededError,
+    )
+    expect(seen).toHaveLength(0)
+  })
+})
+
+describe('intentId', () => {
+  it('derives the same key from the same business fact, and another for another target', () => {
+    const a = deriveKey('checkout:cart_42', 'POST', `${BASE}/v1/payments`)
+    expect(deriveKey('checkout:cart_42', 'POST', `${BASE}/v1/payments`)).toBe(a)
+    expect(a).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(deriveKey('checkout:cart_42', 'POST', `${BASE}/v1/refunds`)).not.toBe(a)
+    expect(deriveKey('checkout:cart_43', 'POST', `${BASE}/v1/payments`)).not.toBe(a)
+  })
+
+  it('joins a second call while pending and returns the settled outcome afterwards without sending', async () => {
+    const client = make()
+    const call = () =>
+      client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'checkout:cart_42' })
+    const [a, b] = await Promise.all([call(), call()])
+    expect(seen).toHaveLength(1)
+    expect(b).toEqual(a)
+    const again = await call()
+    expect(seen).toHaveLength(1)
+    expect(again).toMatchObject({ status: 201, data: a.data, key: a.key })
+  })
+
+  it('after settledTtlMs, sends again with the same key (the server replays)', async () => {
+    let now = 1_000_000
+    const timers = {
+      now: () => now,
+      setTimeout: globalThis.setTimeout,
+      clearTimeout: globalThis.clearTimeout,
+    }
+    const client = make({ settledTtlMs: 1000, timers: timers as never })
+    const call = () => client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'order:7' })
+    const first = await call()
+    now += 1001
+    const second = await call()
+    expect(seen.map((s) => s.key)).toEqual([first.key, first.key])
+    expect(second).toMatchObject({ replayed: true, data: first.data })
+  })
+
+  it('refuses the same intentId with a different body, without sending', async () => {
+    const client = make()
+    await client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'x' })
+    await expect(
+      client.request({ path: '/v1/payments', json: { amount: 6 }, intentId: 'x' }),
+    ).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    expect(seen).toHaveLength(1)
+  })
+})
+
+describe('expiry', () => {
+  it('never resends an intent older than intentTtlMs: it expires, stays listed, and can be discarded', async () => {
+    let now = 0
+    const timers = {
+      now: () => now,
+      setTimeout: globalThis.setTimeout,
+      clearTimeout: globalThis.clearTimeout,
+    }
+    const store = memoryStore()
+    const client = make({ store, timers: timers as never, intentTtlMs: 60_000 })
+    const expired: unknown[] = []
+    client.on('expired', (event) => expired.push(event))
+    const record: IntentRecord = {
+      format: 1,
+      id: 'k1',
+      key: 'k1',
+      method: 'POST',
+      url: `${BASE}/v1/payments`,
+      headers: {},
+      createdAt: 0,
+      expiresAt: 60_000,
+      attempts: 1,
+      version: 3,
+      state: 'pending',
+    }
+    await store.set(record)
+    now = 60_000
+    const [outcome] = await client.resume()
+    expect(outcome?.outcome).toBe('failed')
+    expect(isIntentExpiredError((outcome as { error: unknown }).error)).toBe(true)
+    expect(seen).toHaveLength(0)
+    expect(expired).toEqual([{ id: 'k1', key: 'k1', createdAt: 0, expiresAt: 60_000 }])
+    expect(await client.pending()).toMatchObject([{ id: 'k1', state: 'expired' }])
+    expect(await client.resume()).toEqual([])
+    await client.discard('k1')
+    expect(await client.pending()).toEqual([])
+  })
+})
+
+describe('bodies', () => {
+  it('stores and sends strings, URLSearchParams, bytes and FormData without files byte for byte', async () => {
+    const client = make()
+    await client.request({ path: '/a', body: new URLSearchParams({ a: '1', b: 'x y' }) })
+    await client.request({ path: '/b', body: new Uint8Array([0, 255, 10]) })
+    await client.request({ path: '/c', body: new Uint16Array([1]).buffer })
+    const form = new FormData()
+    form.set('note', 'hi')
+    await client.request({ path: '/d', body: form })
+    await client.request({ path: '/e', body: 'plain' })
+    expect(seen[0]).toMatchObject({ body: 'a=1&b=x+y' })
+    expect(seen[0]!.headers.get('content-type')).toContain('application/x-www-form-urlencoded')
+    expect(seen[1]!.raw).toEqual([0, 255, 10])
+    expect(seen[2]!.raw).toEqual([...new Uint8Array(new Uint16Array([1]).buffer)])
+    expect(seen[3]!.headers.get('content-type')).toMatch(/^multipart\/form-data; boundary=/)
+    expect(seen[3]!.body).toContain('name="note"')
+    expect(seen[4]!.body).toBe('plain')
+  })
+
+  it('rejects bodies that cannot be replayed with a TypeError naming the problem', async () => {
+    const client = make()
+    const form = new FormData()
+    form.set('file', new Blob(['x']), 'x.txt')
+    await expect(client.request({ path: '/a', body: form })).rejects.toThrow(
+      /FormData field "file" holds a Blob/,
+    )
+    await expect(client.request({ path: '/a', body: new ReadableStream() as never })).rejects.toThrow(
+      TypeError,
+    )
+    await expect(client.request({ path: '/a', json: {}, body: 'x' })).rejects.toThrow(
+      /either `json` or `body`/,
+    )
+    expect(seen).toHaveLength(0)
+  })
+})
+
+describe('keys', () => {
+  it('falls back to getRandomValues when crypto.randomUUID is missing (insecure origins, old Hermes)', () => {
+    const real = globalThis.crypto
+    vi.stubGlobal('crypto', { getRandomValues: (a: Uint8Array) => real.getRandomValues(a) })
+    const keys = new Set(Array.from({ length: 100 }, randomKey))
+    expect(keys.size).toBe(100)
+    for (const key of keys)
+      expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+  })
+})
+
+describe('options', () => {
+  it('rejects bad options with a TypeError naming them', () => {
+    expect(() => createClient({ baseUrl: '/relative' })).toThrow(/`baseUrl`/)
+    expect(() => make({ retry: { limit: -1 } })).toThrow(/`retry.limit`/)
+    expect(() => make({ retry: { limit: 1.5 } })).toThrow(/`retry.limit`/)
+    expect(() => make({ retry: { maxDelayMs: Number.NaN } })).toThrow(/`retry.maxDelayMs`/)
+    expect(() => make({ intentTtlMs: 0 })).toThrow(/`intentTtlMs`/)
+    expect(() => make({ store: {} as never })).toThrow(/`store.get`/)
+    expect(() => make({ headers: 'x' as never })).toThrow(/`headers`/)
+  })
+
+  it('mutation() binds an endpoint and reports attempt then settled events', async () => {
+    const client = make()
+    const events: string[] = []
+    client.on('attempt', (e) => events.push(`attempt ${e.attempt}`))
+    client.on('settled', (e) => events.push(`settled ${e.status}`))
+    const createPayment = client.mutation<{ amount: number }, { n: number }>({
+      method: 'PUT',
+      path: '/v1/payments/p1',
+    })
+    const res = await createPayment({ amount: 3 })
+    expect(res.data.n).toBe(1)
+    expect(events).toEqual(['attempt 1', 'settled 201'])
+    expect(seen[0]!.body).toBe('{"amount":3}')
+  })
+})
