@@ -24,7 +24,10 @@ export interface ChargeRow {
   tenantId: string
   amount: number
   currency: string
+  /** The payment request's reference the charge was made for; `null` when it cannot be attributed. */
   reference: string | null
+  /** `declined` charges moved no money and are not effects. @default 'succeeded' */
+  status?: string
 }
 
 /** A row of the server's idempotency key table, with the stored response when it has one. */
@@ -127,7 +130,10 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
   const violations: Violation[] = []
   const classes: Record<string, IntentClass> = {}
   const payments = groupBy(db.payments, (row) => scoped(row.tenantId, row.reference))
-  const charges = groupBy(db.charges, (row) => scoped(row.tenantId, row.reference))
+  const charges = groupBy(
+    db.charges.filter((row) => row.status !== 'declined'),
+    (row) => scoped(row.tenantId, row.reference),
+  )
   const keyRows = new Map(db.keys.map((row) => [scoped(row.tenantId, row.key), row]))
   const pending = pendingAfterDrain(history)
   const claimed = new Set<string>()
@@ -308,7 +314,7 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
       intents.set(event.intent, {
         id: event.intent,
         tenant: event.tenant,
-        key: event.key,
+        key: '',
         invoke: event,
         events: [event],
       })
@@ -317,6 +323,8 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
     // Completions of an intent never invoked cannot be judged; they come from a corrupt history.
     intents.get(event.intent)?.events.push(event)
   }
+  // The SDK derives keys, so an invoke may lack one: the first event that carries it names it.
+  for (const intent of intents.values()) intent.key = intent.events.find((event) => event.key)?.key ?? ''
   return intents
 }
 

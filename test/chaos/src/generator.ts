@@ -1,8 +1,8 @@
 /**
  * The generator: the run's intents, decided up front from the seed, so a seed always means the same workload.
  *
- * Each intent's `reference` is its id: that is how the checker finds its effects in the ledger. Probes reuse an
- * earlier intent's key: a `changed-payload` probe changes the amount and gets its own reference (it must be refused
+ * Each intent's `reference` is its id: that is how the checker finds its effects in the ledger. The SDK derives
+ * each key from the intent id. Probes reuse an earlier intent's key (the driver learns it from the history): a `changed-payload` probe changes the amount and gets its own reference (it must be refused
  * with 422 and leave nothing behind); a `reordered` probe sends the original body with its members in another
  * order (canonically equal, so it must get the original's stored response).
  */
@@ -12,7 +12,6 @@ import type { Random } from './random.js'
 export interface PlannedIntent {
   id: string
   tenant: string
-  key: string
   kind: IntentKind
   /** The original intent, for probes. */
   of?: string
@@ -24,8 +23,6 @@ export interface PlannedIntent {
 export interface PlanOptions {
   intents: number
   workers: number
-  /** @default 3 */
-  tenants?: number
   /** Share of intents that are `changed-payload` probes. @default 0.05 */
   changedPayloadRate?: number
   /** Share of intents that are `reordered` probes. @default 0.05 */
@@ -40,7 +37,6 @@ const CURRENCIES = ['eur', 'usd', 'gbp']
 
 /** Plans the run's intents. Pure: the same stream and options give the same plan. */
 export function planIntents(random: Random, options: PlanOptions): PlannedIntent[] {
-  const tenants = options.tenants ?? 3
   const changedRate = options.changedPayloadRate ?? 0.05
   const reorderedRate = options.reorderedRate ?? 0.05
   const declineRate = options.declineRate ?? 0.05
@@ -66,13 +62,13 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
     const amount = random.chance(declineRate)
       ? random.int(DECLINE_ABOVE + 1, 2 * DECLINE_ABOVE)
       : random.int(1, 100_000)
+    const worker = random.int(0, options.workers - 1)
     const intent: PlannedIntent = {
       id,
-      tenant: `tenant-${random.int(1, tenants)}`,
-      key: `chaos-${random.seed.toString(16)}-${id}`,
+      tenant: tenantOf(worker),
       kind: 'normal',
       body: { amount, currency: random.pick(CURRENCIES), reference: id },
-      worker: random.int(0, options.workers - 1),
+      worker,
     }
     plan.push(intent)
     originals.push(intent)
@@ -80,6 +76,11 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
   return plan
 }
 
+/** Each worker is one device of one tenant: the SDK resolves credentials per client, not per intent. */
+export function tenantOf(worker: number): string {
+  return `tenant-${worker + 1}`
+}
+
 function probe(id: string, original: PlannedIntent, kind: IntentKind) {
-  return { id, tenant: original.tenant, key: original.key, kind, of: original.id, worker: original.worker }
+  return { id, tenant: original.tenant, kind, of: original.id, worker: original.worker }
 }

@@ -48,7 +48,11 @@ export interface IntentEvent extends EventBase {
   intent: string
   /** The tenant (the bearer token). */
   tenant: string
-  key: string
+  /**
+   * The idempotency key. The SDK derives it from the intent id, so an `invoke` made through it may not carry it;
+   * the first attempt does.
+   */
+  key?: string
   /** On `invoke` only. */
   kind?: IntentKind
   /** On `invoke` only: the body as sent (member order matters for `reordered` probes). */
@@ -101,12 +105,13 @@ export interface DrainEvent extends EventBase {
 
 export type HistoryEvent = IntentEvent | AttemptEvent | FaultEvent | ProcessEvent | DrainEvent
 
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never
+
 /** An event before the writer numbers and timestamps it. */
-export type NewEvent = HistoryEvent extends infer E
-  ? E extends HistoryEvent
-    ? Omit<E, 'index' | 'time'> & { time?: number }
-    : never
-  : never
+export type NewEvent = DistributiveOmit<HistoryEvent, 'index' | 'time'> & { time?: number }
+
+/** An event as a worker reports it: the driver adds the process name, index and time. */
+export type ReportedEvent = DistributiveOmit<HistoryEvent, 'index' | 'time' | 'process'>
 
 /** Appends events to a JSON lines file, synchronously, so a driver crash loses nothing it already recorded. */
 export class HistoryWriter {

@@ -153,6 +153,15 @@ describe('check: valid histories', () => {
           responseBody: declined.body,
         },
       ],
+      // The provider records declines too; they moved no money, so they are neither duplicates nor strays.
+      charges: ['ch_d1', 'ch_d2'].map((id) => ({
+        id,
+        tenantId: 't1',
+        amount: 2_000_000,
+        currency: 'eur',
+        reference: null,
+        status: 'declined',
+      })),
     })
     const result = check(h.events, db)
     expect(result.violations).toEqual([])
@@ -179,6 +188,26 @@ describe('check: valid histories', () => {
     const result = check(h.events, ledger([row]))
     expect(result.violations).toEqual([])
     expect(result.classes).toEqual({ i1: 'ok', p1: 'ok', p2: 'ok' })
+  })
+
+  it('takes the key from the first attempt when the SDK derived it after the invoke', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.events.push({
+      index: 1,
+      time: 1,
+      process: 'worker-1',
+      type: 'intent',
+      phase: 'invoke',
+      intent: 'i1',
+      tenant: 't1',
+      kind: 'normal',
+      body: body('i1'),
+    })
+    h.attempt('i1', 1, created(row))
+    h.settle('i1', 'ok', { status: 201, body: { id: 'other' } })
+    const result = check(h.events, ledger([row]))
+    expect(result.violations.find((v) => v.rule === 'ack-differs-from-stored')?.key).toBe('k-i1')
   })
 
   it('ignores responses that are not stored outcomes (409 in progress, 503 transient) when comparing acks', () => {

@@ -12,10 +12,12 @@ describe('planIntents', () => {
     expect(plan(11)).not.toEqual(plan(12))
   })
 
-  it('gives every normal intent its own key and its id as reference', () => {
+  it('gives every normal intent its id as reference and its worker’s tenant', () => {
     const normal = plan(3).filter((i) => i.kind === 'normal')
-    expect(new Set(normal.map((i) => i.key)).size).toBe(normal.length)
-    for (const intent of normal) expect(intent.body.reference).toBe(intent.id)
+    for (const intent of normal) {
+      expect(intent.body.reference).toBe(intent.id)
+      expect(intent.tenant).toBe(`tenant-${intent.worker + 1}`)
+    }
   })
 
   it('makes changed-payload probes: same key and tenant, another amount, their own reference', () => {
@@ -24,7 +26,7 @@ describe('planIntents', () => {
     expect(probes.length).toBeGreaterThan(5)
     for (const p of probes) {
       const original = intents.find((i) => i.id === p.of)!
-      expect([p.key, p.tenant, p.worker]).toEqual([original.key, original.tenant, original.worker])
+      expect([p.tenant, p.worker]).toEqual([original.tenant, original.worker])
       expect(p.body.amount).not.toBe(original.body.amount)
       expect(p.body.reference).toBe(p.id)
     }
@@ -36,7 +38,7 @@ describe('planIntents', () => {
     expect(probes.length).toBeGreaterThan(5)
     for (const p of probes) {
       const original = intents.find((i) => i.id === p.of)!
-      expect(p.key).toBe(original.key)
+      expect(p.worker).toBe(original.worker)
       expect(canonicalJson(p.body)).toBe(canonicalJson(original.body))
       expect(JSON.stringify(p.body)).not.toBe(JSON.stringify(original.body))
     }

@@ -1,0 +1,188 @@
+/**
+ * A client worker: one child process standing for one user's device. It uses @oncely/client with a fileStore, reads
+ * commands from stdin and reports what happened as JSON lines on stdout (history events without index and time;
+ * the driver adds them). With `ONCELY_CHAOS_WORKER_CRASH_AT` set it SIGKILLs itself at a client step, so a restart
+ * has to `resume()` from the store.
+ *
+ * Commands (one JSON object per line):
+ * - `{"type":"request","intent":"i00001","body":{...}}`: a user intent, through `client.request` with
+ *   `intentId` = the intent id (the key is derived from it).
+ * - `{"type":"probe","intent":"i00042","kind":"changed-payload","key":"<original key>","body":{...}}`: the same
+ *   key with another body (or the same body in another member order), sent raw the way a buggy or foreign client
+ *   would, because the SDK refuses a changed payload locally before it reaches the server.
+ * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"drain"}`: resume, then report `pending()`.
+ */
+import { writeSync } from 'node:fs'
+import { createInterface } from 'node:readline'
+import { createClient, type IntentStore, isHTTPError, type OncelyResponse } from '@oncely/client'
+import { fileStore } from '@oncely/client/node'
+import { IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
+import type { WORKER_CRASH_POINTS } from './faults.js'
+import type { PaymentBody, ReportedEvent } from './history.js'
+import { createRandom } from './random.js'
+import { workerEnv } from './worker-env.js'
+
+type Command =
+  | { type: 'request'; intent: string; body: PaymentBody }
+  | { type: 'probe'; intent: string; kind: 'changed-payload' | 'reordered'; key: string; body: PaymentBody }
+  | { type: 'resume' }
+  | { type: 'drain' }
+
+const env = workerEnv(process.env)
+const random = createRandom(env.seed)
+const PATH = '/v1/payments'
+
+// Synchronous, so an event is out before a self-inflicted SIGKILL.
+function emit(event: ReportedEvent | { type: 'ready' }): void {
+  writeSync(1, `${JSON.stringify(event)}\n`)
+}
+
+function maybeCrash(point: (typeof WORKER_CRASH_POINTS)[number]): void {
+  if (!env.crashAt.has(point) || !random.chance(env.crashRate)) return
+  emit({ type: 'fault', fault: `kill-worker-${point}`, target: env.name, phase: 'once' })
+  process.kill(process.pid, 'SIGKILL')
+}
+
+// Crash points wrap the store (the write-ahead) and fetch (the wire), the two boundaries of a client step.
+function crashingStore(inner: IntentStore): IntentStore {
+  return {
+    ...inner,
+    attach: inner.attach?.bind(inner),
+    exclusive: inner.exclusive?.bind(inner),
+    async set(record) {
+      await inner.set(record)
+      if (record.version === 1) maybeCrash('after-intent-write')
+    },
+  }
+}
+
+const crashingFetch: typeof fetch = async (input, init) => {
+  const sent = fetch(input, init)
+  if (env.crashAt.has('after-send')) {
+    await new Promise((resolve) => setTimeout(resolve, 5)) // let the request bytes leave
+    maybeCrash('after-send')
+  }
+  const response = await sent
+  if (env.crashAt.has('after-response')) {
+    const copy = response.clone()
+    await copy.arrayBuffer()
+    maybeCrash('after-response')
+  }
+  return response
+}
+
+const client = createClient({
+  baseUrl: env.baseUrl,
+  store: crashingStore(fileStore({ dir: env.storeDir })),
+  headers: () => ({ authorization: `Bearer ${env.tenant}` }),
+  fetch: crashingFetch,
+  timeoutMs: env.timeoutMs,
+  retry: { limit: 6, minDelayMs: 50, maxDelayMs: 1000, maxElapsedMs: env.timeoutMs * 8 },
+  resumeOnOnline: false,
+})
+
+const keys = new Map<string, string>()
+client.on('attempt', ({ id, key, attempt }) => {
+  keys.set(id, key)
+  emit({ type: 'attempt', phase: 'invoke', intent: id, key, attempt })
+})
+client.on('retry', ({ id, key, attempt, reason }) => {
+  emit({ type: 'attempt', phase: 'info', intent: id, key, attempt, error: reason })
+})
+
+function settled(intent: string, response: OncelyResponse): void {
+  const ok = { status: response.status, body: response.data }
+  emit({ type: 'intent', phase: 'ok', intent, tenant: env.tenant, key: response.key, response: ok })
+}
+
+function failed(intent: string, error: unknown): void {
+  const key = keys.get(intent)
+  if (isHTTPError(error)) {
+    // A non-retried 4xx: the intent is settled as failed with this response.
+    const response = { status: error.status, body: error.data }
+    emit({ type: 'intent', phase: 'fail', intent, tenant: env.tenant, ...(key ? { key } : {}), response })
+    return
+  }
+  // Retries exhausted, network, expiry: the outcome is unknown (the intent may stay pending for resume).
+  emit({
+    type: 'intent',
+    phase: 'info',
+    intent,
+    tenant: env.tenant,
+    ...(key ? { key } : {}),
+    error: String(error),
+  })
+}
+
+async function request(intent: string, body: PaymentBody): Promise<void> {
+  emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, kind: 'normal', body })
+  try {
+    settled(intent, await client.request({ path: PATH, json: body, intentId: intent }))
+  } catch (error) {
+    failed(intent, error)
+  }
+}
+
+/** A raw same-key request: retried on 409, 503 and network errors until a definite answer or the budget ends. */
+async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void> {
+  const { intent, key, kind, body } = command
+  emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, body })
+  for (let attempt = 1; attempt <= 8; attempt++) {
+    emit({ type: 'attempt', phase: 'invoke', intent, key, attempt })
+    try {
+      const res = await fetch(new URL(PATH, env.baseUrl), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${env.tenant}`,
+          'content-type': 'application/json',
+          [IDEMPOTENCY_KEY_HEADER]: key,
+        },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(env.timeoutMs),
+      })
+      const text = await res.text()
+      const response = { status: res.status, body: text ? JSON.parse(text) : null }
+      if (res.status !== 409 && res.status < 500) {
+        const phase = res.status < 300 ? 'ok' : 'fail'
+        emit({ type: 'intent', phase, intent, tenant: env.tenant, key, response })
+        return
+      }
+      emit({ type: 'attempt', phase: 'ok', intent, key, attempt, response })
+    } catch (error) {
+      emit({ type: 'attempt', phase: 'info', intent, key, attempt, error: String(error) })
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+  }
+  emit({ type: 'intent', phase: 'info', intent, tenant: env.tenant, key, error: 'probe budget exhausted' })
+}
+
+async function resume(): Promise<void> {
+  for (const outcome of await client.resume()) {
+    if (outcome.outcome === 'settled') settled(outcome.id, outcome.response)
+    else if (outcome.outcome === 'failed') failed(outcome.id, outcome.error)
+  }
+}
+
+async function handle(command: Command): Promise<void> {
+  switch (command.type) {
+    case 'request':
+      return request(command.intent, command.body)
+    case 'probe':
+      return probe(command)
+    case 'resume':
+      return resume()
+    case 'drain': {
+      await resume()
+      const pending = (await client.pending()).map((intent) => intent.id)
+      emit({ type: 'drain', pending })
+    }
+  }
+}
+
+createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line.trim() === '') return
+  void handle(JSON.parse(line) as Command).catch((error) => {
+    process.stderr.write(`worker ${env.name}: ${(error as Error).stack ?? error}\n`)
+  })
+})
+emit({ type: 'ready' })
