@@ -345,9 +345,12 @@ function settlement(intent: Intent): ObservedResponse | undefined {
   return last.response ?? { status: 0, body: last.error ?? null }
 }
 
+/** Intents pending in each process's last drain report (an earlier drain may have been followed by a resume). */
 function pendingAfterDrain(history: readonly HistoryEvent[]): Map<string, number[]> {
+  const last = new Map<string, DrainEvent>()
+  for (const event of history) if (event.type === 'drain') last.set(event.process, event)
   const pending = new Map<string, number[]>()
-  for (const event of history.filter((e): e is DrainEvent => e.type === 'drain')) {
+  for (const event of last.values()) {
     for (const id of event.pending) pending.set(id, [...(pending.get(id) ?? []), event.index])
   }
   return pending

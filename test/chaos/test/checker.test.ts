@@ -406,6 +406,16 @@ describe('check: histories that must produce violations', () => {
     expect(result.violations.find((v) => v.rule === 'key-in-flight')?.lines).toEqual([invoke])
   })
 
+  it('judges settlement by each worker’s last drain report', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.drain(['i1'])
+    h.settle('i1', 'ok', created(row))
+    h.drain([])
+    expect(check(h.events, ledger([row])).valid).toBe(true)
+  })
+
   it('does not attribute another tenant’s payment with the same reference to an intent', () => {
     const h = history()
     const row = payment('i1', 1)

@@ -1,0 +1,100 @@
+/**
+ * Reads the final ledger from the demo's database into the checker's {@link FinalDb}. Connects directly to
+ * Postgres (never through the fault proxy) after everything has healed and drained.
+ *
+ * Tables read (docs/chaos.md lists them for the demo's author): `payments`, `provider_charges`, `outbox`, and the
+ * server's idempotency table (`oncely.idempotency_keys` by default, scope = tenant id).
+ */
+import type pg from 'pg'
+import type { ChargeRow, FinalDb, KeyRow, OutboxRow, PaymentRow } from './checker.js'
+
+/** Anything with pg's `query`: a Pool, a Client. */
+export interface Queryable {
+  query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
+}
+
+export interface SnapshotOptions {
+  /** The idempotency table, schema-qualified and already quoted where needed. @default 'oncely.idempotency_keys' */
+  keysTable?: string
+}
+
+export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}): Promise<FinalDb> {
+  const keysTable = options.keysTable ?? 'oncely.idempotency_keys'
+  const payments = await db.query<{
+    id: string
+    tenant_id: string
+    amount: string
+    currency: string
+    reference: string | null
+    charge_id: string | null
+  }>(
+    'SELECT id::text, tenant_id, amount::text, currency, reference, charge_id FROM payments ORDER BY created_at, id',
+  )
+  // The provider ledger has no reference of its own: a charge is attributed through the payment that recorded its
+  // charge id. DISTINCT ON keeps one row per charge even when (idempotency off) two payments share a charge.
+  const charges = await db.query<{
+    charge_id: string
+    tenant_id: string
+    amount: string
+    currency: string
+    status: string
+    reference: string | null
+  }>(`SELECT DISTINCT ON (c.charge_id) c.charge_id, c.tenant_id, c.amount::text, c.currency, c.status, p.reference
+        FROM provider_charges c
+        LEFT JOIN payments p ON p.charge_id = c.charge_id AND p.tenant_id = c.tenant_id
+       ORDER BY c.charge_id, p.created_at`)
+  const keys = await db.query<{
+    scope: string
+    key: string
+    status: string
+    response_status: number | null
+    body: string | null
+  }>(
+    `SELECT scope, key, status, response_status, convert_from(response_body, 'UTF8') AS body FROM ${keysTable}`,
+  )
+  const outbox = await db.query<{ id: string; aggregate_id: string | null }>(
+    'SELECT id::text, aggregate_id FROM outbox ORDER BY created_at, id',
+  )
+  return {
+    payments: payments.rows.map(
+      (row): PaymentRow => ({
+        id: row.id,
+        tenantId: row.tenant_id,
+        amount: Number(row.amount),
+        currency: row.currency,
+        reference: row.reference,
+        chargeId: row.charge_id,
+      }),
+    ),
+    charges: charges.rows.map(
+      (row): ChargeRow => ({
+        id: row.charge_id,
+        tenantId: row.tenant_id,
+        amount: Number(row.amount),
+        currency: row.currency,
+        reference: row.reference,
+        status: row.status,
+      }),
+    ),
+    keys: keys.rows.map(
+      (row): KeyRow => ({
+        tenantId: row.scope,
+        key: row.key,
+        state: row.status,
+        responseStatus: row.response_status,
+        responseBody: parseBody(row.body),
+      }),
+    ),
+    outbox: outbox.rows.map((row): OutboxRow => ({ id: row.id, paymentId: row.aggregate_id })),
+  }
+}
+
+/** Stored bodies are the bytes sent; JSON ones are compared as values, anything else as text. */
+function parseBody(text: string | null): unknown {
+  if (text === null || text === '') return null
+  try {
+    return JSON.parse(text)
+  } catch {
+    return text
+  }
+}
