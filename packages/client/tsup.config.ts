@@ -18,11 +18,12 @@ const common: Options = {
 
 export default defineConfig([
   { ...common, format: ['esm'], platform: 'neutral' },
-  // ky, p-retry and uuid ship ESM only; bundling them into the CJS build lets require('@oncely/client') work.
+  // p-retry, is-network-error, uuid and idb-keyval ship ESM only; bundling them into the CJS build lets
+  // require('@oncely/client') work.
   {
     ...common,
     format: ['cjs'],
     platform: 'neutral',
-    noExternal: ['@oncely/protocol', 'ky', 'p-retry', 'uuid', 'is-network-error', 'idb-keyval'],
+    noExternal: ['@oncely/protocol', 'p-retry', 'uuid', 'is-network-error', 'idb-keyval'],
   },
 ])

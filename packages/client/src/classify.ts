@@ -42,8 +42,3 @@ export function isFetchNetworkError(error: unknown): boolean {
   const code = (error.cause as { code?: unknown } | undefined)?.code ?? (error as { code?: unknown }).code
   return typeof code === 'string' && NETWORK_CODES.has(code)
 }
-
-/** True for ky's per-attempt timeout (also matched by name, so a duplicated ky bundle still counts). */
-export function isTimeout(error: unknown): boolean {
-  return error instanceof Error && error.name === 'TimeoutError'
-}

@@ -27,7 +27,7 @@ export interface DriveContext {
 }
 
 /**
- * Runs one intent to an outcome: the single retry loop (p-retry; ky's own retry is off). p-retry counts attempts;
+ * Runs one intent to an outcome in the single retry loop (p-retry around one `fetch` per attempt). p-retry counts attempts;
  * the waits are computed here (Retry-After, full jitter) and slept with the injectable timers, because p-retry's
  * own delay cannot express Retry-After. Every attempt is recorded in the store before it is sent.
  *
@@ -80,6 +80,7 @@ export async function drive(
             fetch: ctx.fetch,
             timeoutMs: ctx.timeoutMs,
             signal,
+            timers: ctx.timers,
           })
         } catch (error) {
           if (error instanceof Error && error.name === 'NetworkError') throw error

@@ -1,8 +1,8 @@
-import ky from 'ky'
 import { decodeBody } from './body.js'
-import { isFetchNetworkError, isTimeout } from './classify.js'
+import { isFetchNetworkError } from './classify.js'
 import { NetworkError } from './errors/network-error.js'
 import type { IntentRecord } from './intent.js'
+import type { Timers } from './timers.js'
 
 /** A response read to the end (a connection dropped mid-body is a network error, retried like any other). */
 export interface RawResponse {
@@ -12,31 +12,52 @@ export interface RawResponse {
 }
 
 /**
- * Sends one attempt through ky with its own retry turned off (the client owns the only retry loop) and HTTP errors
- * returned rather than thrown, so the client classifies every status itself. Throws {@link NetworkError} when no
- * response arrived; rethrows anything else (an abort, a malformed header) unchanged.
+ * Sends one attempt with `fetch`. The client owns the only retry loop and classifies every status itself, so this
+ * never retries and never throws for an HTTP status. Throws {@link NetworkError} when no response arrived (including
+ * `timeoutMs`); rethrows anything else (the caller's abort, a malformed header) unchanged.
+ *
+ * Plain `fetch` rather than ky: with ky's retry and HTTP errors off, what remained of it was the timeout, and its
+ * 5 KB (gzipped) did not fit the 12 KB budget of the browser entry.
  */
 export async function sendAttempt(
   record: IntentRecord,
   headers: Record<string, string>,
-  options: { fetch: typeof fetch | undefined; timeoutMs: number | false; signal: AbortSignal | undefined },
+  options: {
+    fetch: typeof fetch | undefined
+    timeoutMs: number | false
+    signal: AbortSignal | undefined
+    timers: Timers
+  },
 ): Promise<RawResponse> {
+  const { signal, timers, timeoutMs } = options
+  const controller = new AbortController()
+  const onAbort = () => controller.abort(signal?.reason)
+  signal?.addEventListener('abort', onAbort, { once: true })
+  let timedOut = false
+  const timer =
+    timeoutMs === false
+      ? undefined
+      : timers.setTimeout(() => {
+          timedOut = true
+          controller.abort(new Error(`No response within timeoutMs (${timeoutMs} ms)`))
+        }, timeoutMs)
   try {
-    const response = await ky(record.url, {
+    if (signal?.aborted) throw signal.reason
+    const send = options.fetch ?? globalThis.fetch
+    const response = await send(record.url, {
       method: record.method,
-      body: decodeBody(record.body) as BodyInit | undefined,
       headers,
-      retry: 0,
-      throwHttpErrors: false,
-      timeout: options.timeoutMs,
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(options.fetch ? { fetch: options.fetch } : {}),
+      body: decodeBody(record.body) as BodyInit | undefined,
+      signal: controller.signal,
     })
     return { status: response.status, headers: response.headers, text: await response.text() }
   } catch (error) {
-    if (options.signal?.aborted) throw options.signal.reason
-    if (isTimeout(error)) throw new NetworkError(error, true)
+    if (signal?.aborted) throw signal.reason
+    if (timedOut) throw new NetworkError(controller.signal.reason, true)
     if (isFetchNetworkError(error)) throw new NetworkError(error, false)
     throw error
+  } finally {
+    if (timer !== undefined) timers.clearTimeout(timer)
+    signal?.removeEventListener('abort', onAbort)
   }
 }
