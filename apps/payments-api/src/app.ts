@@ -1,0 +1,142 @@
+/**
+ * Builds the payments API as a Fastify instance without listening, so tests drive it with `inject()` and
+ * `main.ts` decides the port, the database and the signals.
+ */
+import { randomUUID } from 'node:crypto'
+import { createEngine, type Engine, type EngineEvent, postgresStore } from '@oncely/server'
+import { idempotency } from '@oncely/server/fastify'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import type pg from 'pg'
+import { registerAuth } from './auth.js'
+import type { ChaosConfig } from './config.js'
+import { ONCELY_SCHEMA } from './database.js'
+import { createFaults, type Faults } from './faults.js'
+import { registerErrorHandler } from './problems.js'
+import { createProvider, type Provider } from './provider.js'
+import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
+import { registerHealthRoute } from './routes/health.js'
+import { type PaymentExecutionSource, registerPaymentRoutes } from './routes/payments.js'
+
+/** Options of {@link buildApp}. */
+export interface AppOptions {
+  /** The database, already migrated (see `prepareDatabase`). */
+  pool: pg.Pool
+  /**
+   * The payment provider.
+   * @default createProvider({ pool }) — instant, never failing
+   */
+  provider?: Provider
+  /** Reservation lease, in ms. @default 30_000 */
+  leaseMs?: number
+  /** How long finished keys are replayed, in ms. @default 86_400_000 */
+  retentionMs?: number
+  /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
+  chaos?: ChaosConfig
+  /** Replaces the faults built from `chaos`, for tests. */
+  faults?: Faults
+  /**
+   * Directory of the built checkout page served at `/`, or `false` for none.
+   * @default apps/checkout-web/dist
+   */
+  webRoot?: string | false
+  /** Fastify's logger option. @default false */
+  logger?: FastifyServerOptions['logger']
+  /** Receives the engine's events (reserved, replayed, takeover, ...), for logs and tests. */
+  onEvent?: (event: EngineEvent) => void
+}
+
+/**
+ * Creates the API. The caller owns the pool; `app.close()` stops the key reaper but does not end the pool.
+ *
+ * @example
+ * const app = await buildApp({ pool })
+ * const res = await app.inject({ method: 'GET', url: '/healthz' })
+ */
+export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
+  const { pool, chaos } = options
+  const faults = options.faults ?? createFaults(chaos)
+  const provider = options.provider ?? createProvider({ pool })
+
+  const app = Fastify({
+    logger: options.logger ?? false,
+    // Reject what does not match the schema instead of reshaping it: "100" is not an amount, and an unknown member
+    // is a client bug worth a 400, not something to drop silently.
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+  })
+  registerErrorHandler(app)
+  // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.
+  registerAuth(app)
+
+  const execution = chaos?.disableIdempotency
+    ? withoutIdempotency(pool)
+    : await withIdempotency(app, createPaymentsEngine(app, options, faults))
+
+  registerPaymentRoutes(app, { pool, provider, faults, execution })
+  registerHealthRoute(app, pool)
+  if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
+
+  app.addHook('onResponse', async (request) => {
+    if (request.method === 'POST' && request.routeOptions.url === '/v1/payments')
+      await faults.at('after-reply')
+  })
+  return app
+}
+
+function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults: Faults): Engine {
+  const engine = createEngine({
+    store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
+    leaseMs: options.leaseMs ?? 30_000,
+    retentionMs: options.retentionMs ?? 86_400_000,
+    hooks: {
+      afterReserve: () => faults.at('after-reserve'),
+      beforeCommit: () => faults.at('before-commit'),
+      afterCommit: () => faults.at('after-commit'),
+    },
+    onEvent: (event) => {
+      app.log.debug({ event: { ...event, error: undefined } }, `oncely ${event.type}`)
+      options.onEvent?.(event)
+    },
+    ...(options.chaos?.disableFencing ? { unsafe: { disableFencing: true } } : {}),
+  })
+  const stopReaper = engine.startReaper()
+  app.addHook('onClose', async () => stopReaper())
+  return engine
+}
+
+async function withIdempotency(app: FastifyInstance, engine: Engine): Promise<PaymentExecutionSource> {
+  await app.register(idempotency, { engine, tenant: (request) => request.tenant })
+  return {
+    routeConfig: { idempotency: { required: true } },
+    run: (request, work) => {
+      const { tx, key, stepKey } = request.idempotency
+      return work({ tx, key, stepKey: (step) => stepKey(step) })
+    },
+  }
+}
+
+// Chaos only (ONCELY_UNSAFE_DISABLE_IDEMPOTENCY=1): a plain transaction and a fresh provider key per attempt,
+// which is what an API without idempotency does. The chaos suite uses it to prove its checker sees duplicates.
+function withoutIdempotency(pool: pg.Pool): PaymentExecutionSource {
+  return {
+    routeConfig: {},
+    async run(request, work) {
+      const tx = await pool.connect()
+      try {
+        await tx.query('BEGIN')
+        const key = request.headers['idempotency-key']
+        const result = await work({
+          tx,
+          key: typeof key === 'string' ? key : undefined,
+          stepKey: (step) => `${randomUUID()}:${step}`,
+        })
+        await tx.query('COMMIT')
+        return result
+      } catch (error) {
+        await tx.query('ROLLBACK').catch(() => {})
+        throw error
+      } finally {
+        tx.release()
+      }
+    },
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The demo's stand-in for authentication: `Authorization: Bearer <tenant>` names the tenant. Real deployments put
+ * their own authentication here; what matters to idempotency is that every key is scoped to the caller.
+ */
+import type { FastifyInstance } from 'fastify'
+import { demoProblem, sendProblem } from './problems.js'
+
+const BEARER = /^Bearer ([a-z0-9_-]{1,64})$/
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The authenticated tenant; set by the auth hook on every `/v1/` route. */
+    tenant: string
+  }
+}
+
+/** Returns the tenant named by an `Authorization` header, or `undefined` when it is missing or malformed. */
+export function tenantFromAuthorization(header: string | undefined): string | undefined {
+  return header === undefined ? undefined : BEARER.exec(header)?.[1]
+}
+
+/**
+ * Registers the tenant check as an `onRequest` hook, which runs before the body is read and before any
+ * idempotency key is reserved, so an unauthenticated request leaves no trace.
+ */
+export function registerAuth(app: FastifyInstance): void {
+  app.decorateRequest('tenant', '')
+  app.addHook('onRequest', async (request, reply) => {
+    if (!request.url.startsWith('/v1/')) return
+    const tenant = tenantFromAuthorization(request.headers.authorization)
+    if (tenant === undefined) {
+      reply.header('WWW-Authenticate', 'Bearer')
+      return sendProblem(
+        reply,
+        demoProblem(
+          'unauthorized',
+          'Send `Authorization: Bearer <tenant>`, where <tenant> is 1 to 64 of [a-z0-9_-].',
+        ),
+      )
+    }
+    request.tenant = tenant
+  })
+}

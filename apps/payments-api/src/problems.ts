@@ -1,0 +1,70 @@
+/**
+ * The demo's own RFC 9457 problems (oncely's protocol errors come from @oncely/protocol and the server adapter).
+ */
+import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
+import type { FastifyInstance, FastifyReply } from 'fastify'
+
+/** The demo's error codes, with their status and title. */
+export const DEMO_PROBLEMS = {
+  unauthorized: { status: 401, title: 'Missing or malformed credentials' },
+  invalid_request: { status: 400, title: 'Request body is invalid' },
+  payment_declined: { status: 402, title: 'The payment was declined' },
+  not_found: { status: 404, title: 'Not found' },
+  provider_unavailable: { status: 503, title: 'The payment provider is temporarily unavailable' },
+} as const satisfies Record<string, { status: number; title: string }>
+
+/** One of {@link DEMO_PROBLEMS}. */
+export type DemoProblemCode = keyof typeof DEMO_PROBLEMS
+
+/** Builds the problem details for a demo error. */
+export function demoProblem(
+  code: DemoProblemCode,
+  detail: string,
+  extensions: Record<string, unknown> = {},
+): ProblemDetails {
+  const { status, title } = DEMO_PROBLEMS[code]
+  return { type: `urn:oncely:demo:problem:${code}`, title, status, detail, code, ...extensions }
+}
+
+/** Sends problem details with their status and `application/problem+json`. */
+export function sendProblem(reply: FastifyReply, details: ProblemDetails): FastifyReply {
+  return reply.code(details.status).type(PROBLEM_CONTENT_TYPE).send(details)
+}
+
+interface FastifyLikeError {
+  statusCode?: number
+  code?: string
+  message: string
+  validation?: { instancePath: string; message?: string }[]
+}
+
+/**
+ * Answers every error as problem+json: schema failures as 400 `invalid_request` listing what is wrong, Fastify's
+ * own 4xx errors (bad JSON, wrong content type, body too large) with their status, anything else as a 500 that
+ * says nothing about internals.
+ */
+export function registerErrorHandler(app: FastifyInstance): void {
+  app.setErrorHandler((error: FastifyLikeError, request, reply) => {
+    if (error.validation) {
+      const errors = error.validation.map((issue) => ({
+        pointer: `#${issue.instancePath}`,
+        detail: issue.message ?? 'is invalid',
+      }))
+      const detail = errors
+        .map((e) => `${e.pointer === '#' ? 'body' : e.pointer.slice(2)} ${e.detail}`)
+        .join('; ')
+      return sendProblem(reply, demoProblem('invalid_request', detail, { errors }))
+    }
+    const status = error.statusCode ?? 500
+    if (status >= 400 && status < 500) {
+      return sendProblem(reply, {
+        type: 'about:blank',
+        title: error.code ?? 'Bad request',
+        status,
+        detail: error.message,
+      })
+    }
+    request.log.error({ err: error }, 'request failed')
+    return sendProblem(reply, { type: 'about:blank', title: 'Internal Server Error', status: 500 })
+  })
+}

@@ -1,0 +1,40 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import type pg from 'pg'
+
+/** A provider randomness source that replays queued draws, then never fails (draws 0.99). */
+export function queuedRandom(): { random: () => number; queue: number[] } {
+  const queue: number[] = []
+  return { queue, random: () => queue.shift() ?? 0.99 }
+}
+
+/** POSTs a payment as `tenant` with `key` (a fresh one by default). */
+export function pay(
+  app: FastifyInstance,
+  body: unknown,
+  { tenant = 'acme', key = randomUUID() }: { tenant?: string; key?: string } = {},
+): Promise<LightMyRequestResponse> {
+  return app.inject({
+    method: 'POST',
+    url: '/v1/payments',
+    headers: {
+      authorization: `Bearer ${tenant}`,
+      'idempotency-key': key,
+      'content-type': 'application/json',
+    },
+    payload: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+}
+
+/** Counts rows of a table, optionally filtered by one column. */
+export async function count(
+  pool: pg.Pool,
+  table: string,
+  where?: [column: string, value: unknown],
+): Promise<number> {
+  const { rows } = await pool.query<{ n: string }>(
+    `SELECT count(*) AS n FROM ${table}${where ? ` WHERE ${where[0]} = $1` : ''}`,
+    where ? [where[1]] : [],
+  )
+  return Number(rows[0]!.n)
+}
