@@ -1,0 +1,253 @@
+import { randomUUID } from 'node:crypto'
+import type pg from 'pg'
+import { positiveInteger } from '../engine/options.js'
+import { quoteIdent } from '../store/identifiers.js'
+import { outboxNames } from './names.js'
+import * as q from './queries.js'
+import type { OutboxMessage, Publisher } from './types.js'
+
+/** What a dispatcher reports through `onEvent`. */
+export type DispatcherEvent =
+  | { type: 'published'; id: string; topic: string; attempt: number }
+  | { type: 'failed'; id: string; topic: string; attempt: number; error: unknown; retryInMs: number }
+  | { type: 'dead'; id: string; topic: string; attempt: number; error: unknown }
+  /** The claim lease ran out before the mark: another dispatcher owns the row now and will publish it again. */
+  | { type: 'lease_lost'; id: string }
+  | { type: 'error'; error: unknown }
+
+/** Options of {@link createDispatcher}. */
+export interface DispatcherOptions {
+  /** A pool on the database holding the outbox. The dispatcher holds one of its clients for LISTEN while started. */
+  pool: pg.Pool
+  /** Where messages go: `jetStreamPublisher()` from `@oncely/server/nats`, `webhookPublisher()`, or your own. */
+  publisher: Publisher
+  /** @default 'oncely' */
+  schema?: string
+  /**
+   * Rows claimed per round. A round holds at most one message per aggregate key.
+   * @default 100
+   */
+  batchSize?: number
+  /**
+   * How long a claim is exclusive. A dispatcher that crashes mid-batch leaves its rows claimed until then; another
+   * dispatcher publishes them afterwards. Set it well above the publisher's worst-case latency for a whole batch.
+   * @default 30_000
+   */
+  leaseMs?: number
+  /**
+   * Publish attempts per message (attempts of crashed dispatchers count) before it moves to the `dead` state.
+   * @default 10
+   */
+  maxAttempts?: number
+  /**
+   * Polling interval when no NOTIFY arrives (NOTIFY wakes the dispatcher at once; polling covers lost
+   * notifications, retries that become due, and expired leases).
+   * @default 1_000
+   */
+  pollIntervalMs?: number
+  /**
+   * Delay before retrying a message whose publish failed, by attempt number.
+   * @default (attempt) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
+   */
+  retryDelayMs?: (attempt: number) => number
+  /**
+   * LISTEN for the NOTIFY that `enqueue` sends. Turn off behind a transaction-mode pooler (PgBouncer), which does
+   * not support LISTEN; polling alone then delivers.
+   * @default true
+   */
+  listen?: boolean
+  /** Receives typed events. Must not throw. */
+  onEvent?: (event: DispatcherEvent) => void
+  /** TEST ONLY: fault-injection points. `afterPublish` runs between the publish and the mark. */
+  hooks?: { afterPublish?: (message: OutboxMessage) => Promise<void> | void }
+}
+
+/** A running (or runnable) outbox dispatcher. Any number may run at once, in one process or many. */
+export interface Dispatcher {
+  /** Starts the loop: LISTEN, then claim and publish until stopped. */
+  start(): void
+  /** Stops after the current round and releases the LISTEN client. */
+  stop(): Promise<void>
+  /** Claims and publishes one batch; resolves with the number of rows claimed. For tests, scripts and cron. */
+  dispatchOnce(): Promise<number>
+  /** Deletes published rows older than `olderThanMs` (default 7 days) in bounded batches; returns how many. */
+  purgePublished(options?: { olderThanMs?: number; batchSize?: number; maxBatches?: number }): Promise<number>
+  /** Moves dead-lettered rows back to pending with a fresh attempt budget; returns how many. */
+  requeueDead(ids: readonly string[]): Promise<number>
+}
+
+const defaultRetryDelay = (attempt: number) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
+
+function describe(error: unknown): string {
+  return (error instanceof Error ? `${error.name}: ${error.message}` : String(error)).slice(0, 2_000)
+}
+
+/**
+ * Creates an outbox dispatcher: claims due rows with `FOR UPDATE SKIP LOCKED` under a lease, publishes them, marks
+ * them published (fenced by the claim token), retries failures with backoff and dead-letters poison messages.
+ * Delivery is at least once: a crash between publish and mark publishes again, with the same `message.id`.
+ *
+ * @example
+ * const dispatcher = createDispatcher({ pool, publisher: jetStreamPublisher({ js }) })
+ * dispatcher.start()
+ * process.on('SIGTERM', () => dispatcher.stop())
+ */
+export function createDispatcher(options: DispatcherOptions): Dispatcher {
+  if (typeof options !== 'object' || options === null)
+    throw new TypeError('Expected `options` to be an object.')
+  const { pool, publisher } = options
+  if (typeof pool?.connect !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
+  if (typeof publisher?.publish !== 'function')
+    throw new TypeError('Expected `publisher` to have a `publish` method.')
+  const { table, channel } = outboxNames(options.schema)
+  const batchSize = positiveInteger('batchSize', options.batchSize ?? 100)
+  const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
+  const maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10)
+  const pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1_000)
+  const retryDelayMs = options.retryDelayMs ?? defaultRetryDelay
+  if (typeof retryDelayMs !== 'function') throw new TypeError('Expected `retryDelayMs` to be a function.')
+  const hooks = options.hooks ?? {}
+  const emit = (event: DispatcherEvent) => {
+    try {
+      options.onEvent?.(event)
+    } catch {
+      // An observer must not stop the dispatcher.
+    }
+  }
+
+  async function deliver(row: q.ClaimRow, token: string): Promise<void> {
+    const message: OutboxMessage = {
+      id: row.id,
+      topic: row.topic,
+      payload: row.payload,
+      headers: row.headers,
+      aggregateKey: row.aggregate_key,
+      attempt: row.attempts,
+      createdAt: row.created_at,
+    }
+    try {
+      await publisher.publish(message)
+    } catch (error) {
+      const delay = Math.max(0, Math.floor(retryDelayMs(row.attempts)))
+      const failed = await pool.query<{ status: string }>(
+        q.markFailed(table, row.id, token, describe(error), delay, maxAttempts),
+      )
+      const status = failed.rows[0]?.status
+      if (status === 'dead')
+        emit({ type: 'dead', id: row.id, topic: row.topic, attempt: row.attempts, error })
+      else if (status === 'pending') {
+        emit({ type: 'failed', id: row.id, topic: row.topic, attempt: row.attempts, error, retryInMs: delay })
+      } else emit({ type: 'lease_lost', id: row.id })
+      return
+    }
+    await hooks.afterPublish?.(message)
+    const marked = await pool.query(q.markPublished(table, row.id, token))
+    if (marked.rowCount === 1)
+      emit({ type: 'published', id: row.id, topic: row.topic, attempt: row.attempts })
+    else emit({ type: 'lease_lost', id: row.id })
+  }
+
+  async function dispatchOnce(): Promise<number> {
+    await pool.query(q.buryExhausted(table, maxAttempts))
+    const token = randomUUID()
+    const { rows } = await pool.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))
+    rows.sort((a, b) => Number(BigInt(a.seq) - BigInt(b.seq)))
+    const results = await Promise.allSettled(rows.map((row) => deliver(row, token)))
+    for (const result of results)
+      if (result.status === 'rejected') emit({ type: 'error', error: result.reason })
+    return rows.length
+  }
+
+  let running = false
+  let loop: Promise<void> | undefined
+  let listener: pg.PoolClient | undefined
+  let notified = false
+  let wake: (() => void) | undefined
+  const onNotification = () => {
+    notified = true
+    wake?.()
+  }
+
+  async function ensureListening(): Promise<void> {
+    if (options.listen === false || listener) return
+    const client = await pool.connect()
+    const onError = (error: Error) => {
+      emit({ type: 'error', error })
+      if (listener === client) listener = undefined
+      client.release(error)
+    }
+    try {
+      await client.query(`LISTEN ${quoteIdent(channel)}`)
+    } catch (error) {
+      client.release(error as Error)
+      throw error
+    }
+    client.on('notification', onNotification)
+    client.on('error', onError)
+    listener = client
+  }
+
+  async function idle(): Promise<void> {
+    if (notified || !running) return
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, pollIntervalMs)
+      wake = () => {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    wake = undefined
+  }
+
+  async function run(): Promise<void> {
+    while (running) {
+      try {
+        await ensureListening()
+        notified = false
+        const claimed = await dispatchOnce()
+        if (claimed > 0) continue
+      } catch (error) {
+        emit({ type: 'error', error })
+        notified = false
+      }
+      await idle()
+    }
+  }
+
+  return {
+    start() {
+      if (running) return
+      running = true
+      loop = run()
+    },
+    async stop() {
+      running = false
+      wake?.()
+      await loop
+      loop = undefined
+      const client = listener
+      listener = undefined
+      if (client) {
+        client.off('notification', onNotification)
+        await client.query(`UNLISTEN ${quoteIdent(channel)}`).catch(() => {})
+        client.release()
+      }
+    },
+    dispatchOnce,
+    async purgePublished(purge = {}) {
+      const olderThanMs = positiveInteger('olderThanMs', purge.olderThanMs ?? 7 * 86_400_000)
+      const size = positiveInteger('batchSize', purge.batchSize ?? 1_000)
+      const maxBatches = positiveInteger('maxBatches', purge.maxBatches ?? 100)
+      let total = 0
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const deleted = (await pool.query(q.purgePublished(table, olderThanMs, size))).rowCount ?? 0
+        total += deleted
+        if (deleted < size) break
+      }
+      return total
+    },
+    async requeueDead(ids) {
+      return (await pool.query(q.requeueDead(table, ids))).rowCount ?? 0
+    },
+  }
+}

@@ -1,0 +1,69 @@
+import { randomUUID } from 'node:crypto'
+import type pg from 'pg'
+import { outboxNames } from './names.js'
+import * as q from './queries.js'
+
+/** A message to publish once the surrounding transaction commits. */
+export interface EnqueueInput {
+  /** Where it goes: the NATS subject, or a name your publisher maps to a URL. */
+  topic: string
+  /** Any JSON value. Serialized with `JSON.stringify` (stored as `jsonb`). */
+  payload: unknown
+  /**
+   * Messages with the same aggregate key (an order id, an account id) are published in enqueue order and never two
+   * at a time. Omit it for messages whose order does not matter (they are published in parallel).
+   */
+  aggregateKey?: string
+  /** String headers handed to the publisher with the message. */
+  headers?: Record<string, string>
+  /** Your own id for the message (a UUID). @default a random UUID */
+  id?: string
+}
+
+/** Options of {@link enqueue}. */
+export interface EnqueueOptions {
+  /** The schema `migrate()` created the outbox in. @default 'oncely' */
+  schema?: string
+}
+
+/**
+ * Writes an outbox row in your open transaction (`ctx.tx` inside an engine handler), so the message exists if and
+ * only if the business change commits. Wakes dispatchers with `pg_notify` (delivered at commit). Returns the id.
+ *
+ * @example
+ * await engine.execute({ ...request, handler: async ({ tx }) => {
+ *   const order = await createOrder(tx, body)
+ *   await enqueue(tx, { topic: 'orders.created', payload: order, aggregateKey: order.id })
+ *   return { status: 201, body: order }
+ * } })
+ */
+export async function enqueue(
+  tx: pg.ClientBase,
+  input: EnqueueInput,
+  options: EnqueueOptions = {},
+): Promise<string> {
+  if (typeof tx?.query !== 'function')
+    throw new TypeError('Expected `tx` to be a pg client inside a transaction.')
+  if (typeof input?.topic !== 'string' || input.topic === '') {
+    throw new TypeError('Expected `topic` to be a non-empty string.')
+  }
+  if (
+    input.aggregateKey !== undefined &&
+    (typeof input.aggregateKey !== 'string' || input.aggregateKey === '')
+  ) {
+    throw new TypeError('Expected `aggregateKey` to be a non-empty string.')
+  }
+  for (const [name, value] of Object.entries(input.headers ?? {})) {
+    if (typeof value !== 'string') throw new TypeError(`Expected header \`${name}\` to be a string.`)
+  }
+  const payload = JSON.stringify(input.payload)
+  if (payload === undefined) throw new TypeError('Expected `payload` to be a JSON value.')
+  const { table, channel } = outboxNames(options.schema)
+  const id = input.id ?? randomUUID()
+  const aggregateKey = input.aggregateKey ?? null
+  if (aggregateKey !== null) await tx.query(q.lockAggregate(table, aggregateKey))
+  await tx.query(
+    q.insert(table, channel, { id, topic: input.topic, aggregateKey, payload, headers: input.headers ?? {} }),
+  )
+  return id
+}

@@ -1,0 +1,7 @@
+export type { Dispatcher, DispatcherEvent, DispatcherOptions } from './dispatcher.js'
+export { createDispatcher } from './dispatcher.js'
+export type { EnqueueInput, EnqueueOptions } from './enqueue.js'
+export { enqueue } from './enqueue.js'
+export type { OutboxMessage, Publisher } from './types.js'
+export type { WebhookPublisherOptions } from './webhook-publisher.js'
+export { webhookPublisher } from './webhook-publisher.js'

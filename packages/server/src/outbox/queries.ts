@@ -1,0 +1,119 @@
+// Every statement of the outbox, as small functions returning { text, values }. Times come from the database clock.
+import type { Query } from '../store/queries.js'
+
+const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
+
+/**
+ * Serializes enqueues of one aggregate until commit, so sequence order equals commit order per aggregate (without
+ * it, a later `seq` could commit first and be published before an earlier one becomes visible).
+ */
+export function lockAggregate(table: string, aggregateKey: string): Query {
+  return {
+    text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))',
+    values: [`${table}:${aggregateKey}`],
+  }
+}
+
+export function insert(
+  table: string,
+  channel: string,
+  row: { id: string; topic: string; aggregateKey: string | null; payload: string; headers: object },
+): Query {
+  return {
+    text: `WITH inserted AS (
+  INSERT INTO ${table} (id, topic, aggregate_key, payload, headers) VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id
+) SELECT pg_notify($6, '') FROM inserted`,
+    values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel],
+  }
+}
+
+/** Dead-letters rows whose dispatcher crashed on their last allowed attempt (their lease ran out). */
+export function buryExhausted(table: string, maxAttempts: number): Query {
+  return {
+    text: `UPDATE ${table} SET status = 'dead', claim_token = NULL, claimed_until = NULL,
+  last_error = coalesce(last_error, 'claim lease expired on the last attempt')
+WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1`,
+    values: [maxAttempts],
+  }
+}
+
+/**
+ * Claims up to `batchSize` due rows for `leaseMs`. A row is skipped while an earlier row of its aggregate is pending
+ * (claimed or not), so one aggregate never has two messages in flight. SKIP LOCKED lets dispatchers run side by side.
+ */
+export function claim(table: string, token: string, batchSize: number, leaseMs: number): Query {
+  return {
+    text: `WITH due AS (
+  SELECT o.id FROM ${table} o
+  WHERE o.status = 'pending' AND o.available_at <= now()
+    AND (o.claimed_until IS NULL OR o.claimed_until <= now())
+    AND (o.aggregate_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} p WHERE p.status = 'pending' AND p.aggregate_key = o.aggregate_key AND p.seq < o.seq))
+  ORDER BY o.seq
+  LIMIT $2
+  FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE ${table} o SET claim_token = $1, claimed_until = now() + ${ms('$3')}, attempts = o.attempts + 1
+FROM due WHERE o.id = due.id
+RETURNING o.id, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
+    values: [token, batchSize, leaseMs],
+  }
+}
+
+export interface ClaimRow {
+  id: string
+  topic: string
+  aggregate_key: string | null
+  payload: unknown
+  headers: Record<string, string>
+  attempts: number
+  created_at: Date
+  seq: string
+}
+
+/** Marks a row published, fenced by the claim token: a dispatcher whose lease was taken over changes nothing. */
+export function markPublished(table: string, id: string, token: string): Query {
+  return {
+    text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL
+WHERE id = $1 AND claim_token = $2 AND status = 'pending'`,
+    values: [id, token],
+  }
+}
+
+/** Releases a failed row for a later attempt, or dead-letters it once `maxAttempts` is reached; fenced. */
+export function markFailed(
+  table: string,
+  id: string,
+  token: string,
+  error: string,
+  delayMs: number,
+  maxAttempts: number,
+): Query {
+  return {
+    text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, last_error = $3,
+  available_at = now() + ${ms('$4')},
+  status = CASE WHEN attempts >= $5 THEN 'dead' ELSE 'pending' END
+WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+RETURNING status`,
+    values: [id, token, error, delayMs, maxAttempts],
+  }
+}
+
+/** Deletes up to `batchSize` rows published more than `olderThanMs` ago. */
+export function purgePublished(table: string, olderThanMs: number, batchSize: number): Query {
+  return {
+    text: `DELETE FROM ${table} WHERE id IN (
+  SELECT id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms('$1')}
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+    values: [olderThanMs, batchSize],
+  }
+}
+
+/** Puts dead-lettered rows back in the queue with a fresh attempt budget. */
+export function requeueDead(table: string, ids: readonly string[]): Query {
+  return {
+    text: `UPDATE ${table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
+WHERE status = 'dead' AND id = ANY($1::uuid[])`,
+    values: [ids],
+  }
+}
