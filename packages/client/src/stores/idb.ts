@@ -60,7 +60,8 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
 
   const open = (): Promise<IDBDatabase> => {
     if (dbp) return dbp
-    const request = indexedDB.open(name, 1)
+    // No version: after another tab upgraded the database, reopening at "whatever is current" still works.
+    const request = indexedDB.open(name)
     request.onupgradeneeded = () => {
       request.result.createObjectStore(INTENTS)
       request.result.createObjectStore(LEASES)

@@ -1,0 +1,196 @@
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import {
+  createClient,
+  type IntentRecord,
+  isQuotaExceededError,
+  isRetryExhaustedError,
+  isStorageError,
+  type StoreEvents,
+} from '../../src/index.js'
+import { indexedDbStore } from '../../src/stores/idb.js'
+
+let dbCount = 0
+const freshName = () => `oncely-test-${Date.now()}-${dbCount++}`
+
+const record = (id: string): IntentRecord => ({
+  format: 1,
+  id,
+  key: `key-${id}`,
+  method: 'POST',
+  url: 'http://api.test/v1/payments',
+  headers: {},
+  createdAt: 1,
+  expiresAt: Date.now() + 60_000,
+  attempts: 0,
+  version: 1,
+  state: 'pending',
+})
+
+/** A fetch that records requests and answers from a script; `fail` simulates Chrome's network error. */
+function scriptedFetch(answers: ('fail' | number)[]) {
+  const seen: { key: string | null; attempt: string | null; body: string }[] = []
+  const fetch = async (url: string | URL | Request, init?: RequestInit) => {
+    const headers = new Headers(init?.headers)
+    seen.push({
+      key: headers.get('idempotency-key'),
+      attempt: headers.get('oncely-attempt'),
+      body: String(init?.body),
+    })
+    const answer = answers.shift() ?? 201
+    if (answer === 'fail') throw new TypeError('Failed to fetch')
+    return new Response(JSON.stringify({ url: String(url) }), {
+      status: answer,
+      headers: { 'content-type': 'application/json' },
+    })
+  }
+  return { fetch: fetch as typeof globalThis.fetch, seen }
+}
+
+afterEach(() => {
+  vi.restoreAllMocks()
+})
+
+describe('indexedDbStore in Chromium', () => {
+  it('keeps intents across a closed connection and a new client, and resume() sends them with the same key', async () => {
+    const name = freshName()
+    const first = scriptedFetch(['fail'])
+    const a = createClient({
+      baseUrl: 'http://api.test',
+      store: indexedDbStore({ name }),
+      fetch: first.fetch,
+      retry: { limit: 0 },
+      resumeOnOnline: false,
+    })
+    const error = await a.request({ path: '/v1/payments', json: { amount: 7 } }).catch((e) => e)
+    expect(isRetryExhaustedError(error)).toBe(true)
+    await a.close()
+
+    const second = scriptedFetch([201])
+    const b = createClient({
+      baseUrl: 'http://api.test',
+      store: indexedDbStore({ name }),
+      fetch: second.fetch,
+      resumeOnOnline: false,
+    })
+    const [pending] = await b.pending()
+    expect(pending).toMatchObject({
+      key: first.seen[0]!.key,
+      attempts: 1,
+      lastError: { name: 'NetworkError' },
+    })
+    const [outcome] = await b.resume()
+    expect(outcome).toMatchObject({
+      outcome: 'settled',
+      key: first.seen[0]!.key,
+      response: { status: 201, attempts: 2 },
+    })
+    expect(second.seen).toEqual([{ key: first.seen[0]!.key, attempt: '2', body: '{"amount":7}' }])
+    expect(await b.pending()).toEqual([])
+    await b.close()
+  })
+
+  it('reopens after another tab upgrades the database (the browser closes this connection)', async () => {
+    const name = freshName()
+    const store = indexedDbStore({ name })
+    await store.set(record('a'))
+    const upgrade = indexedDB.open(name, 2)
+    await new Promise((resolve, reject) => {
+      upgrade.onsuccess = resolve
+      upgrade.onerror = reject
+    })
+    upgrade.result.close()
+    expect((await store.get('a'))?.id).toBe('a')
+    await store.close?.()
+  })
+
+  it('lets one tab at a time drive an intent: Web Locks, and the IndexedDB lease without them', async () => {
+    const name = freshName()
+    for (const withLocks of [true, false]) {
+      if (!withLocks) Object.defineProperty(navigator, 'locks', { value: undefined, configurable: true })
+      expect(navigator.locks === undefined).toBe(!withLocks)
+      try {
+        const a = indexedDbStore({ name })
+        const b = indexedDbStore({ name })
+        let release!: () => void
+        const held = a.exclusive!(
+          'i1',
+          () => new Promise<string>((resolve) => (release = () => resolve('a'))),
+        )
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
+        release()
+        expect(await held).toEqual({ acquired: true, value: 'a' })
+        expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: true, value: 'b' })
+      } finally {
+        // Remove the own-property shadow so the prototype's getter is visible again.
+        delete (navigator as { locks?: unknown }).locks
+      }
+    }
+  })
+
+  it('falls back to memory with an event when IndexedDB cannot be opened, or fails closed when asked', async () => {
+    vi.spyOn(indexedDB, 'open').mockImplementation(() => {
+      throw new DOMException(
+        'A mutation operation was attempted on a database that did not allow mutations.',
+        'InvalidStateError',
+      )
+    })
+    const events: StoreEvents['storage-fallback'][] = []
+    const { fetch, seen } = scriptedFetch([201])
+    const client = createClient({
+      baseUrl: 'http://api.test',
+      store: indexedDbStore({ name: freshName() }),
+      fetch,
+      resumeOnOnline: false,
+    })
+    client.on('storage-fallback', (event) => events.push(event))
+    const res = await client.request({ path: '/v1/payments', json: {} })
+    expect(res.status).toBe(201)
+    expect(seen).toHaveLength(1)
+    expect(events).toEqual([
+      expect.objectContaining({ store: 'indexedDb', reason: expect.stringContaining('InvalidStateError') }),
+    ])
+
+    const closed = createClient({
+      baseUrl: 'http://api.test',
+      store: indexedDbStore({ name: freshName(), fallback: 'fail' }),
+      fetch,
+      resumeOnOnline: false,
+    })
+    const error = await closed.request({ path: '/v1/payments', json: {} }).catch((e) => e)
+    expect(isStorageError(error)).toBe(true)
+    expect(seen).toHaveLength(1) // nothing sent without a record
+  })
+
+  it('surfaces QuotaExceededError and sends nothing', async () => {
+    const name = freshName()
+    const store = indexedDbStore({ name })
+    await store.list() // open first, so only the write fails
+    vi.spyOn(IDBObjectStore.prototype, 'put').mockImplementation(() => {
+      throw new DOMException('The quota has been exceeded.', 'QuotaExceededError')
+    })
+    const { fetch, seen } = scriptedFetch([201])
+    const client = createClient({ baseUrl: 'http://api.test', store, fetch, resumeOnOnline: false })
+    const error = await client.request({ path: '/v1/payments', json: {} }).catch((e) => e)
+    expect(isQuotaExceededError(error)).toBe(true)
+    expect(seen).toHaveLength(0)
+  })
+
+  it('resumes pending intents when the browser comes back online, and close() removes the listener', async () => {
+    const name = freshName()
+    const store = indexedDbStore({ name })
+    await store.set(record('offline-1'))
+    const { fetch, seen } = scriptedFetch([201, 201])
+    const client = createClient({ baseUrl: 'http://api.test', store, fetch })
+    window.dispatchEvent(new Event('online'))
+    await vi.waitFor(() => expect(seen).toHaveLength(1))
+    expect(seen[0]!.key).toBe('key-offline-1')
+    await client.close()
+    const again = indexedDbStore({ name })
+    await again.set(record('offline-2'))
+    window.dispatchEvent(new Event('online'))
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(seen).toHaveLength(1)
+    await again.close?.()
+  })
+})
