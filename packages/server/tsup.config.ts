@@ -4,6 +4,13 @@ export default defineConfig({
   entry: {
     index: 'src/index.ts',
     fastify: 'src/fastify/index.ts',
+    outbox: 'src/outbox/index.ts',
+    inbox: 'src/inbox/index.ts',
+    steps: 'src/steps/index.ts',
+    redis: 'src/redis/index.ts',
+    nats: 'src/nats/index.ts',
+    webhooks: 'src/webhooks/index.ts',
+    jobs: 'src/jobs/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

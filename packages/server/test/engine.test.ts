@@ -601,17 +601,14 @@ describe('14. natural-key backstop', () => {
     const cart = freshKey('cart')
     const handler = async (ctx: ExecutionContext) => {
       const { created, value } = await insertOrExisting(ctx.tx, {
-        constraint: 'payments_cart_key',
+        constraint: 'orders_cart_key',
         insert: (tx) =>
           tx
-            .query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id', [
-              ctx.scope,
-              cart,
-            ])
+            .query('INSERT INTO orders (tenant, cart) VALUES ($1, $2) RETURNING id', [ctx.scope, cart])
             .then((r) => r.rows[0]),
         existing: (tx) =>
           tx
-            .query('SELECT id FROM payments WHERE tenant = $1 AND cart = $2', [ctx.scope, cart])
+            .query('SELECT id FROM orders WHERE tenant = $1 AND cart = $2', [ctx.scope, cart])
             .then((r) => r.rows[0]),
       })
       return { status: created ? 201 : 200, body: value }
@@ -635,22 +632,22 @@ describe('14. natural-key backstop', () => {
     expect(late).toMatchObject({ kind: 'executed', response: { status: 200 } })
     if (first.kind !== 'executed' || late.kind !== 'executed') return
     expect(late.response.body.toString()).toBe(first.response.body.toString())
-    expect(await countPayments(db.pool, 't14')).toBe(1)
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM orders WHERE tenant = 't14'`)
+    expect(rows[0].n).toBe(1)
   })
 
   it('rethrows violations of other constraints', async () => {
     const client = await db.pool.connect()
     try {
       await client.query('BEGIN')
-      await client.query(`INSERT INTO payments (id, tenant, cart, amount) VALUES (999999, 'x', 'y', 1)`)
+      await client.query(`INSERT INTO orders (id, tenant, cart) VALUES (999999, 'x', 'y')`)
       await expect(
         insertOrExisting(client, {
-          constraint: 'payments_cart_key',
-          insert: (tx) =>
-            tx.query(`INSERT INTO payments (id, tenant, cart, amount) VALUES (999999, 'x', 'z', 1)`),
+          constraint: 'orders_cart_key',
+          insert: (tx) => tx.query(`INSERT INTO orders (id, tenant, cart) VALUES (999999, 'x', 'z')`),
           existing: async () => undefined,
         }),
-      ).rejects.toMatchObject({ code: '23505', constraint: 'payments_pkey' })
+      ).rejects.toMatchObject({ code: '23505', constraint: 'orders_pkey' })
     } finally {
       await client.query('ROLLBACK')
       client.release()

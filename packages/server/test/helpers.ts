@@ -3,13 +3,18 @@ import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import type pg from 'pg'
 import { createEngine, type EngineEvent, type EngineOptions, migrate, postgresStore } from '../src/index.js'
 
-/** A fresh database with the oncely table and a `payments` business table (unique per cart: the natural key). */
-export async function setupDatabase(label: string): Promise<TestDatabase> {
-  const db = await createTestDatabase(label, { max: 20 })
+/**
+ * A fresh database with the oncely table, a `payments` business table with no unique constraint (so a duplicate
+ * execution shows up as a second row instead of being masked), and `orders` with a natural key for the backstop.
+ */
+export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = {}): Promise<TestDatabase> {
+  const db = await createTestDatabase(label, { max: 20, ...poolOptions })
   await migrate(db.pool)
   await db.pool.query(`CREATE TABLE payments (
-    id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL,
-    CONSTRAINT payments_cart_key UNIQUE (tenant, cart))`)
+    id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL)`)
+  await db.pool.query(`CREATE TABLE orders (
+    id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL,
+    CONSTRAINT orders_cart_key UNIQUE (tenant, cart))`)
   return db
 }
 

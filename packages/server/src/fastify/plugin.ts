@@ -159,9 +159,17 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
             reply.send = send
             return send.call(this, payload)
           }
-          const returned = await original.call(this, request, reply)
-          if (!capture.sent && returned !== undefined && returned !== reply) reply.send(returned)
-          return capture.captured.promise
+          // A handler that returns `reply` resolves only once the response is written, which waits for this
+          // commit; so race it against the capture instead of awaiting it.
+          const done = Promise.resolve(original.call(this, request, reply)).then((value) => ({ value }))
+          done.catch(() => {})
+          const first = await Promise.race([done, capture.captured.promise])
+          if ('value' in first) {
+            const { value } = first
+            if (!capture.sent && value !== undefined && value !== reply) reply.send(value)
+            return capture.captured.promise
+          }
+          return first
         },
         ...(route.requestHeaders.length > 0 ? { requestHeaders } : {}),
         ...(route.classify ? { classify: route.classify } : {}),

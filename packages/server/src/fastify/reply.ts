@@ -19,11 +19,11 @@ export function resetReply(reply: FastifyReply, stored?: StoredResponse): void {
 }
 
 /** Sets status and headers of a problem answer and returns its body. Problems are problem+json whatever `Accept` says. */
-export function problemPayload(reply: FastifyReply, details: ProblemDetails, retryAfterMs?: number): string {
+export function problemPayload(reply: FastifyReply, details: ProblemDetails, retryAfterMs?: number): Buffer {
   resetReply(reply)
   reply.code(details.status).header('content-type', PROBLEM_CONTENT_TYPE)
   if (retryAfterMs !== undefined) reply.header(RETRY_AFTER_HEADER, formatRetryAfter(retryAfterMs))
-  return JSON.stringify(details)
+  return Buffer.from(JSON.stringify(details))
 }
 
 export function sendProblem(

@@ -1,0 +1,2 @@
+export type { VerifyOptions } from './signature.js'
+export { SIGNATURE_HEADER, signPayload, verifySignature } from './signature.js'

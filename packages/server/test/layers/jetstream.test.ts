@@ -1,0 +1,167 @@
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { AckPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createInbox } from '../../src/inbox/index.js'
+import { consumeJetStreamMessage, jetStreamPublisher } from '../../src/nats/index.js'
+import { createDispatcher, enqueue } from '../../src/outbox/index.js'
+import { engineFor, freshKey, setupDatabase } from '../helpers.js'
+import { optionalService } from './services.js'
+
+const nats = await optionalService('NATS_URL', 'nats://127.0.0.1:4222')
+if (nats.skip) console.warn(`skipping JetStream tests: ${nats.skip}`)
+
+describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
+  let db: TestDatabase
+  let nc: NatsConnection
+  let jsm: JetStreamManager
+  const stream = `ONCELY_${freshKey('s').replace(/[^A-Za-z0-9]/g, '_')}`
+  const subject = `oncely.test.${stream}`
+
+  beforeAll(async () => {
+    db = await setupDatabase('jetstream')
+    await db.pool.query('CREATE TABLE effects (message_id text NOT NULL, amount integer NOT NULL)')
+    nc = await connect({ servers: nats.url })
+    jsm = await jetstreamManager(nc)
+    await jsm.streams.add({ name: stream, subjects: [`${subject}.>`], duplicate_window: nanos(120_000) })
+  })
+  afterAll(async () => {
+    await jsm?.streams.delete(stream).catch(() => {})
+    await nc?.close()
+    await db?.drop()
+  })
+
+  async function enqueueOrders(topic: string, count: number): Promise<string[]> {
+    const { engine } = engineFor(db.pool)
+    const ids: string[] = []
+    for (let n = 0; n < count; n++) {
+      await engine.execute({
+        scope: 'tenant',
+        operation: 'POST /orders',
+        key: freshKey(),
+        fingerprint: 'f',
+        handler: async ({ tx }) => {
+          ids.push(await enqueue(tx, { topic, payload: { amount: 100 + n }, aggregateKey: 'order-stream' }))
+          return { status: 201 }
+        },
+      })
+    }
+    return ids
+  }
+
+  /** Consumes everything on `filter` through the inbox; `crashAfterCommit` skips the ack of those ids once. */
+  async function drain(filter: string, durable: string, expected: number, crashAfterCommit = new Set<string>()) {
+    const { engine } = engineFor(db.pool)
+    const inbox = createInbox({ engine, consumer: 'billing' })
+    await jsm.consumers.add(stream, {
+      durable_name: durable,
+      filter_subject: filter,
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: nanos(1_000),
+    })
+    const consumer = await jetstream(nc).consumers.get(stream, durable)
+    const kinds: string[] = []
+    const deadline = Date.now() + 20_000
+    while (kinds.filter((k) => k === 'processed').length < expected && Date.now() < deadline) {
+      const msg = await consumer.next({ expires: 1_000 })
+      if (!msg) continue
+      const id = msg.headers?.get('Nats-Msg-Id') ?? ''
+      if (crashAfterCommit.delete(id)) {
+        // The consumer commits the effect, then dies before the ack: JetStream redelivers after ack_wait.
+        const result = await inbox.consume({
+          messageId: id,
+          topic: msg.subject,
+          payload: msg.data,
+          handler: async ({ tx }) => {
+            await tx.query('INSERT INTO effects VALUES ($1, $2)', [id, (msg.json() as { amount: number }).amount])
+          },
+        })
+        kinds.push(`${result.kind} (no ack)`)
+        continue
+      }
+      const result = await consumeJetStreamMessage(inbox, msg, async ({ tx, messageId }, data) => {
+        await tx.query('INSERT INTO effects VALUES ($1, $2)', [messageId, (data as { amount: number }).amount])
+      })
+      kinds.push(result.kind)
+    }
+    return kinds
+  }
+
+  async function effectsFor(ids: string[]) {
+    const { rows } = await db.pool.query<{ message_id: string; n: number }>(
+      'SELECT message_id, count(*)::int AS n FROM effects WHERE message_id = ANY($1) GROUP BY message_id',
+      [ids],
+    )
+    return rows
+  }
+
+  it('a dispatcher SIGKILLed between publish and mark publishes no duplicate a consumer acts on', async () => {
+    const topic = `${subject}.killed`
+    const ids = await enqueueOrders(topic, 3)
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@oncely/source', '--import', 'tsx', fileURLToPath(new URL('fixtures/dispatch-then-die.ts', import.meta.url))],
+      { env: { ...process.env, DATABASE_URL: db.url, NATS_URL: nats.url }, stdio: ['ignore', 'pipe', 'pipe'] },
+    )
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const signal = await new Promise((resolve) => child.on('exit', (_code, sig) => resolve(sig)))
+    expect(signal, stderr).toBe('SIGKILL')
+    expect(stdout.trim()).toBe(`published ${ids[0]}`)
+    // The row is still pending and claimed by the dead dispatcher; the survivor takes it over after the lease.
+    const pending = await db.pool.query("SELECT count(*)::int AS n FROM oncely.outbox WHERE topic = $1 AND status = 'pending'", [topic])
+    expect(pending.rows[0].n).toBe(3)
+
+    const survivor = createDispatcher({ pool: db.pool, publisher: jetStreamPublisher({ js: jetstream(nc) }), pollIntervalMs: 50 })
+    survivor.start()
+    const kinds = await drain(topic, 'killed', 3)
+    await survivor.stop()
+
+    const attempts = await db.pool.query(
+      'SELECT id, status, attempts FROM oncely.outbox WHERE topic = $1 ORDER BY seq',
+      [topic],
+    )
+    expect(attempts.rows).toEqual([
+      { id: ids[0], status: 'published', attempts: 2 }, // published twice: once by the dead dispatcher
+      { id: ids[1], status: 'published', attempts: 1 },
+      { id: ids[2], status: 'published', attempts: 1 },
+    ])
+    const info = await jsm.streams.getMessage(stream, { last_by_subj: topic })
+    expect(info?.seq).toBeDefined()
+    const state = await jsm.streams.info(stream, { subjects_filter: topic })
+    expect(state.state.subjects?.[topic]).toBe(3) // JetStream dropped the re-publish (same Nats-Msg-Id)
+    expect(kinds).toEqual(['processed', 'processed', 'processed'])
+    expect(await effectsFor(ids)).toHaveLength(3)
+    expect((await effectsFor(ids)).every((row) => row.n === 1)).toBe(true)
+  })
+
+  it('a consumer that dies between commit and ack makes one effect: the redelivery is a no-op', async () => {
+    const topic = `${subject}.consumer`
+    const ids = await enqueueOrders(topic, 2)
+    const dispatcher = createDispatcher({ pool: db.pool, publisher: jetStreamPublisher({ js: jetstream(nc) }) })
+    expect(await dispatcher.dispatchOnce()).toBe(1) // one message per aggregate per round
+    expect(await dispatcher.dispatchOnce()).toBe(1)
+    const kinds = await drain(topic, 'consumer', 1, new Set([ids[0] as string]))
+    expect(kinds[0]).toBe('processed (no ack)')
+    expect(kinds).toContain('duplicate') // the redelivery of ids[0], acked this time
+    expect(kinds.filter((k) => k === 'processed')).toHaveLength(1)
+    expect((await effectsFor(ids)).map((row) => row.n)).toEqual([1, 1])
+  })
+
+  it('a re-publish past the duplicate window is still a no-op for the inbox', async () => {
+    const topic = `${subject}.late`
+    const [id] = await enqueueOrders(topic, 1)
+    const js = jetstream(nc)
+    const dispatcher = createDispatcher({ pool: db.pool, publisher: jetStreamPublisher({ js }) })
+    await dispatcher.dispatchOnce()
+    // The same message arrives again as a new stream message (as after a window expiry): same id, same payload.
+    await js.publish(topic, JSON.stringify({ amount: 100 }), { headers: (await import('@nats-io/transport-node')).headers() })
+    const kinds = await drain(topic, 'late', 1)
+    expect(kinds).toContain('processed')
+    expect(await effectsFor([id as string])).toEqual([{ message_id: id, n: 1 }])
+  })
+})
