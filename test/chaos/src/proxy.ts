@@ -78,6 +78,7 @@ export class FaultProxy {
   readonly #timers = new Set<NodeJS.Timeout>()
   readonly #forced: Array<ProxyFault | 'pass'> = []
   #rates: Partial<Record<ProxyFault, number>> = {}
+  #upstream: Upstream
   #connections = 0
 
   private constructor(options: FaultProxyOptions) {
@@ -90,6 +91,7 @@ export class FaultProxy {
       ...options,
     }
     checkUpstream('upstream', options.upstream)
+    this.#upstream = options.upstream
     if (options.duplicateTo) checkUpstream('duplicateTo', options.duplicateTo)
     if (this.#options.protocol !== 'http' && this.#options.protocol !== 'tcp') {
       throw new TypeError("Expected `protocol` to be 'http' or 'tcp'.")
@@ -152,6 +154,20 @@ export class FaultProxy {
   force(...faults: Array<ProxyFault | 'pass'>): void {
     if (faults.includes('duplicate')) this.#needDuplicateTarget()
     this.#forced.push(...faults)
+  }
+
+  /**
+   * Sends new connections to another upstream, as a load balancer does when a health check fails (the nemesis
+   * moves traffic off a paused instance so another one takes its keys over). Open connections stay where they are.
+   */
+  retarget(upstream: Upstream): void {
+    checkUpstream('upstream', upstream)
+    this.#upstream = upstream
+  }
+
+  /** Where new connections go. */
+  get upstream(): Upstream {
+    return this.#upstream
   }
 
   /** Destroys every open connection through the proxy now; returns how many sockets were destroyed. */
@@ -223,7 +239,8 @@ export class FaultProxy {
   #accept(client: Socket): void {
     const connection = ++this.#connections
     this.#track(client)
-    const { upstream: target, protocol } = this.#options
+    const { protocol } = this.#options
+    const target = this.#upstream
     let upstream: Socket | undefined
     let dropResponse = false
     let blackHoled = false

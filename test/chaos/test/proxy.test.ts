@@ -199,6 +199,16 @@ describe('FaultProxy (http)', () => {
     expect(p.counts).toMatchObject({ pass: 3, 'drop-response': 1 })
   })
 
+  it('retarget sends new connections to another instance', async () => {
+    const a = await upstream('a')
+    const b = await upstream('b')
+    const { proxy: p } = await proxy({ upstream: { port: a.port } })
+    expect((await send(p.port, '1')).text).toBe('a:1')
+    p.retarget({ port: b.port })
+    expect((await send(p.port, '2')).text).toBe('b:2')
+    expect(p.upstream).toEqual({ port: b.port })
+  })
+
   it('draws the same fault sequence for the same seed and rates', async () => {
     const a = await upstream('a')
     const run = async (seed: number) => {

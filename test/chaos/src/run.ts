@@ -1,0 +1,346 @@
+/**
+ * The driver: owns the seed, builds the topology (Postgres, API instances behind fault proxies, client workers),
+ * feeds the generator's intents to the workers, runs the nemesis, heals, drains, reads the ledger, checks it and
+ * reports. docs/chaos.md describes the model.
+ */
+import { spawn } from 'node:child_process'
+import { createWriteStream, mkdirSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { createTestDatabase } from '@oncely/test-support'
+import { check } from './checker.js'
+import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
+import { type PlannedIntent, planIntents } from './generator.js'
+import { HistoryWriter, type ReportedEvent } from './history.js'
+import { startNemesis } from './nemesis.js'
+import type { ChaosOptions } from './options.js'
+import { ManagedProcess } from './processes.js'
+import { FaultProxy, type ProxyFault } from './proxy.js'
+import { createRandom } from './random.js'
+import { buildReport, type ChaosReport, writeReport } from './report.js'
+import { readFinalDb } from './snapshot.js'
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
+const NODE_ARGS = ['--conditions=@oncely/source', '--import', 'tsx']
+/** The client's attempt timeout; the proxy's `delay` exceeds it and a pause exceeds the lease. */
+const CLIENT_TIMEOUT_MS = 2000
+const LEASE_MS = 2000
+const DRAIN_ROUNDS = 3
+
+export async function run(
+  options: ChaosOptions,
+  log: (line: string) => void = console.log,
+): Promise<ChaosReport> {
+  const startedAt = new Date()
+  mkdirSync(options.runDir, { recursive: true })
+  const logDir = join(options.runDir, 'logs')
+  const history = new HistoryWriter(join(options.runDir, 'history.jsonl'))
+  const random = createRandom(options.seed)
+  const enabled = new Set<string>(options.faults)
+  const record = (process: string, event: ReportedEvent) => history.append({ ...event, process } as never)
+  const fault = (process: string, name: string, target: string, phase: 'start' | 'stop' | 'once' = 'once') =>
+    record(process, { type: 'fault', fault: name, target, phase })
+  let shuttingDown = false
+
+  const db = await createTestDatabase('chaos')
+  const cleanup: Array<() => Promise<unknown>> = []
+  try {
+    const dbUrl = new URL(db.url)
+    const dbProxy = await FaultProxy.start({
+      name: 'proxy-db',
+      protocol: 'tcp',
+      upstream: { host: '127.0.0.1', port: Number(dbUrl.port || 5432) },
+      random: random.fork('proxy-db'),
+    })
+    cleanup.push(() => dbProxy.close())
+    const proxiedDbUrl = new URL(db.url)
+    proxiedDbUrl.hostname = '127.0.0.1'
+    proxiedDbUrl.port = String(dbProxy.port)
+
+    // API instances, each restarted by this supervisor when a crash point kills it.
+    const serverRandom = random.fork('servers')
+    const crashAt = SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`))
+    const servers: ManagedProcess[] = []
+    const ports: number[] = []
+    for (let i = 0; i < options.servers; i++) {
+      const name = `api-${i + 1}`
+      const port = await freePort()
+      ports.push(port)
+      const server: ManagedProcess = new ManagedProcess({
+        name,
+        args: [...NODE_ARGS, 'src/main.ts'],
+        cwd: join(ROOT, 'apps/payments-api'),
+        logDir,
+        ready: { url: `http://127.0.0.1:${port}/healthz` },
+        env: {
+          PORT: String(port),
+          HOST: '127.0.0.1',
+          DATABASE_URL: proxiedDbUrl.toString(),
+          LOG_LEVEL: 'warn',
+          ONCELY_LEASE_MS: String(LEASE_MS),
+          ONCELY_PROVIDER_FAILURE_RATE: '0.03',
+          ONCELY_CHAOS: '1',
+          ONCELY_CHAOS_SEED: String(serverRandom.int(0, 0xffff_ffff)),
+          ...(crashAt.length > 0
+            ? {
+                ONCELY_CRASH_AT: crashAt.join(','),
+                ONCELY_CRASH_RATE: String(0.004 + serverRandom.next() * 0.01),
+              }
+            : {}),
+          ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
+          ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
+        },
+        onLine: (line) => {
+          const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
+          if (crash) fault(name, `crash-${crash[1]}`, name)
+        },
+        onExit: ({ code, signal, pid }) => {
+          record(name, { type: 'process', action: 'exit', pid, code, signal })
+          if (!shuttingDown) void restart(server)
+        },
+      })
+      servers.push(server)
+    }
+    const restart = async (p: ManagedProcess) => {
+      await new Promise((r) => setTimeout(r, 200))
+      if (shuttingDown || p.running) return
+      await p.start().catch((error) => log(`restart of ${p.name} failed: ${(error as Error).message}`))
+      if (p.pid) record(p.name, { type: 'process', action: 'ready', pid: p.pid })
+    }
+    cleanup.push(async () => Promise.all(servers.map((s) => s.dispose())))
+    // One at a time: the first runs the migrations, the others find them done.
+    for (const server of servers) {
+      await server.start()
+      record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
+    }
+
+    // A fault proxy in front of each instance; duplicates go to the next instance.
+    const proxies: FaultProxy[] = []
+    for (let i = 0; i < options.servers; i++) {
+      const name = `proxy-api-${i + 1}`
+      const proxyRandom = random.fork(name)
+      const rates: Partial<Record<ProxyFault, number>> = {}
+      for (const kind of NETWORK_FAULTS) {
+        if (enabled.has(kind)) rates[kind] = kind === 'black-hole' ? 0.005 : 0.01 + proxyRandom.next() * 0.04
+      }
+      const proxy = await FaultProxy.start({
+        name,
+        upstream: { port: ports[i]! },
+        duplicateTo: { port: ports[(i + 1) % ports.length]! },
+        random: proxyRandom,
+        rates,
+        delayMs: CLIENT_TIMEOUT_MS + 1000,
+        onFault: (e) => fault(name, e.fault, `${name}#${e.connection}`),
+      })
+      // Each enabled kind at least once, early, so short runs still count every kind.
+      proxy.force(...NETWORK_FAULTS.filter((kind) => enabled.has(kind)))
+      proxies.push(proxy)
+      cleanup.push(() => proxy.close())
+    }
+
+    // Client workers; one tenant each; restarted and resumed after a crash point kills them.
+    const keys = new Map<string, string>()
+    const drained = new Map<string, string[]>()
+    const workerRandom = random.fork('workers')
+    const workerCrashAt = WORKER_CRASH_POINTS.filter((point) => enabled.has(`kill-worker-${point}`))
+    const workers: ManagedProcess[] = []
+    for (let w = 0; w < options.workers; w++) {
+      const name = `worker-${w + 1}`
+      const worker: ManagedProcess = new ManagedProcess({
+        name,
+        args: [...NODE_ARGS, 'src/worker.ts'],
+        cwd: join(ROOT, 'test/chaos'),
+        logDir,
+        ready: { line: /^\{"type":"ready"\}$/ },
+        env: {
+          ONCELY_CHAOS_WORKER_NAME: name,
+          ONCELY_CHAOS_BASE_URL: `http://127.0.0.1:${proxies[w % proxies.length]!.port}`,
+          ONCELY_CHAOS_TENANT: `tenant-${w + 1}`,
+          ONCELY_CHAOS_STORE_DIR: join(options.runDir, 'stores', name),
+          ONCELY_CHAOS_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS),
+          ONCELY_CHAOS_SEED: String(workerRandom.int(0, 0xffff_ffff)),
+          ONCELY_CHAOS_WORKER_CRASH_AT: workerCrashAt.join(','),
+          ONCELY_CHAOS_WORKER_CRASH_RATE: String(0.01 + workerRandom.next() * 0.02),
+        },
+        onLine: (line, stream) => {
+          if (stream !== 'stdout' || !line.startsWith('{')) return
+          const event = JSON.parse(line) as ReportedEvent | { type: 'ready' }
+          if (event.type === 'ready') return
+          if (event.type === 'drain') drained.set(name, event.pending)
+          if ((event.type === 'attempt' || event.type === 'intent') && event.key)
+            keys.set(event.intent, event.key)
+          record(name, event)
+        },
+        onExit: ({ code, signal, pid }) => {
+          record(name, { type: 'process', action: 'exit', pid, code, signal })
+          if (shuttingDown) return
+          void restart(worker).then(() => worker.send(JSON.stringify({ type: 'resume' })))
+        },
+      })
+      workers.push(worker)
+      await worker.start()
+      record(name, { type: 'process', action: 'ready', pid: worker.pid! })
+    }
+    cleanup.push(async () => Promise.all(workers.map((w) => w.dispose())))
+
+    // The nemesis, and the generator's intents spread over most of the fault phase.
+    const paused = new Set<number>()
+    const nemesisRandom = random.fork('nemesis')
+    const nemesis = startNemesis({
+      random: nemesisRandom,
+      faults: options.faults,
+      pauseMs: LEASE_MS + 1000,
+      actions: {
+        async pauseServer(ms) {
+          const i = nemesisRandom.int(0, servers.length - 1)
+          const server = servers[i]!
+          if (!server.running || paused.size > 0) return
+          const other = (i + 1) % servers.length
+          paused.add(i)
+          fault('nemesis', 'pause-server', server.name, 'start')
+          server.pause()
+          for (const proxy of proxies)
+            if (proxy.upstream.port === ports[i]) proxy.retarget({ port: ports[other]! })
+          await new Promise((r) => setTimeout(r, ms))
+          server.resume()
+          for (const [j, proxy] of proxies.entries()) proxy.retarget({ port: ports[j]! })
+          paused.delete(i)
+          fault('nemesis', 'pause-server', server.name, 'stop')
+        },
+        async killDbConnections() {
+          const killed = await db.pool.query(
+            'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+            [db.name],
+          )
+          record('nemesis', {
+            type: 'fault',
+            fault: 'kill-db-connections',
+            target: db.name,
+            phase: 'once',
+            detail: { terminated: killed.rows[0]?.n ?? 0 },
+          })
+        },
+      },
+    })
+    const plan = planIntents(random.fork('generator'), {
+      intents: options.intents,
+      workers: options.workers,
+      changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
+      reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
+    })
+    await dispatch(plan, {
+      spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
+      keys,
+      send: (intent, command) => workers[intent.worker]!.send(JSON.stringify(command)),
+      probeSent: (intent, kind) => fault('generator', kind, intent.id),
+    })
+    const remaining = options.durationMs - (Date.now() - startedAt.getTime())
+    if (remaining > 0) await new Promise((r) => setTimeout(r, remaining))
+
+    // Heal, then drain until every worker reports nothing pending (or the rounds run out).
+    await nemesis.stop()
+    for (const proxy of proxies) proxy.setRates({})
+    log('healing and draining')
+    for (let round = 0; round < DRAIN_ROUNDS; round++) {
+      await Promise.all(servers.map((s) => (s.running ? undefined : s.start().catch(() => {}))))
+      drained.clear()
+      for (const worker of workers) worker.send(JSON.stringify({ type: 'drain' }))
+      await waitFor(() => drained.size === workers.length, 120_000)
+      if ([...drained.values()].every((pending) => pending.length === 0)) break
+      await new Promise((r) => setTimeout(r, 2000))
+    }
+    shuttingDown = true
+
+    const finalDb = await readFinalDb(db.pool)
+    const faults: Record<string, number> = {}
+    for (const event of history.events) {
+      if (event.type === 'fault' && event.phase !== 'stop')
+        faults[event.fault] = (faults[event.fault] ?? 0) + 1
+    }
+    const result = check(history.events, finalDb)
+    const report = buildReport({
+      options,
+      result,
+      history: history.events,
+      historyFile: history.file,
+      faults,
+      startedAt,
+      finishedAt: new Date(),
+    })
+    writeReport(options.report, report)
+    if (!report.valid) await dump(db.url, join(options.runDir, 'dump.sql'), log)
+    return report
+  } finally {
+    shuttingDown = true
+    for (const fn of cleanup.reverse()) await fn().catch(() => {})
+    history.close()
+    await db.drop().catch(() => {})
+  }
+}
+
+type Command =
+  | { type: 'request'; intent: string; body: PlannedIntent['body'] }
+  | { type: 'probe'; intent: string; kind: string; key: string; body: PlannedIntent['body'] }
+
+/** Sends the plan in order, one every `spacingMs`; a probe waits (up to 20 turns) until its original's key is known. */
+async function dispatch(
+  plan: PlannedIntent[],
+  io: {
+    spacingMs: number
+    keys: ReadonlyMap<string, string>
+    send(intent: PlannedIntent, command: Command): boolean
+    probeSent(intent: PlannedIntent, kind: 'changed-payload' | 'reordered-payload'): void
+  },
+): Promise<void> {
+  const queue = plan.map((intent) => ({ intent, tries: 0 }))
+  while (queue.length > 0) {
+    const item = queue.shift()!
+    const { intent } = item
+    if (intent.kind === 'normal') {
+      // A worker being restarted cannot take it now; it goes to the back of the queue.
+      if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(item)
+    } else {
+      const key = io.keys.get(intent.of!)
+      const command = {
+        type: 'probe' as const,
+        intent: intent.id,
+        kind: intent.kind,
+        key: key!,
+        body: intent.body,
+      }
+      if (key && io.send(intent, command)) {
+        io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
+      } else if (++item.tries < 20) {
+        queue.push(item)
+      }
+    }
+    await new Promise((r) => setTimeout(r, io.spacingMs))
+  }
+}
+
+async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as { port: number }
+  await new Promise((r) => server.close(r))
+  return port
+}
+
+/** Keeps a failing run's database as SQL next to its history. */
+async function dump(url: string, file: string, log: (line: string) => void): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'inherit'] })
+    child.stdout.pipe(createWriteStream(file))
+    child.on('error', (error) => {
+      log(`could not dump the database (${error.message}); the history is still in the run directory`)
+      resolve()
+    })
+    child.on('exit', () => resolve())
+  })
+}
