@@ -18,6 +18,8 @@ export interface TestServer {
   dropResponses: boolean
   /** How long the handler works before committing (to make attempts overlap). */
   workMs: number
+  /** While true, answer 503 before reserving the key (no effect): the server is down. */
+  unavailable: boolean
   /** Static files served on GET. */
   files: Map<string, { type: string; body: string }>
   close(): Promise<void>
@@ -36,6 +38,7 @@ export async function startIdempotentServer(): Promise<TestServer> {
     effects: new Map<string, number>(),
     dropResponses: false,
     workMs: 0,
+    unavailable: false,
     files: new Map<string, { type: string; body: string }>(),
   }
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -49,6 +52,7 @@ export async function startIdempotentServer(): Promise<TestServer> {
     const body = Buffer.concat(chunks).toString('utf8')
     const key = header(req, 'idempotency-key')
     state.requests.push({ key, attempt: header(req, 'oncely-attempt'), body })
+    if (state.unavailable) return json(res, 503, { title: 'unavailable', status: 503 })
     if (!key) return json(res, 400, { title: 'Idempotency-Key header is required', status: 400 })
     const entry = table.get(key)
     if (entry) {
