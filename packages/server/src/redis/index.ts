@@ -1,0 +1,2 @@
+export type { SoftLeaseOptions } from './soft-lease.js'
+export { withSoftLease } from './soft-lease.js'

@@ -1,0 +1,171 @@
+import net from 'node:net'
+import type { TestDatabase } from '@oncely/test-support'
+import { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Engine, ExecuteInput } from '../../src/index.js'
+import { withSoftLease } from '../../src/redis/index.js'
+import { countPayments, engineFor, fingerprintOf, freshKey, setupDatabase, sleep } from '../helpers.js'
+import { optionalService } from './services.js'
+
+const service = await optionalService('REDIS_URL', 'redis://127.0.0.1:6379')
+if (service.skip) console.warn(`skipping Redis soft-lease tests: ${service.skip}`)
+
+/** Counts calls that reach the Postgres engine. */
+function counting(engine: Engine) {
+  const counter = { calls: 0 }
+  return {
+    counter,
+    engine: { ...engine, execute: (input: ExecuteInput) => (counter.calls++, engine.execute(input)) },
+  }
+}
+
+/** A loopback TCP proxy to Redis that the test can cut, standing in for "Redis stopped". */
+async function redisProxy(target: URL) {
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 6379), target.hostname)
+    for (const s of [client, upstream]) {
+      sockets.add(s)
+      s.on('error', () => {})
+      s.on('close', () => sockets.delete(s))
+    }
+    client.pipe(upstream).pipe(client)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    cut() {
+      server.close()
+      for (const s of sockets) s.destroy()
+    },
+  }
+}
+
+describe.skipIf(service.skip)('Redis soft lease', () => {
+  let db: TestDatabase
+  let redis: Redis
+  beforeAll(async () => {
+    db = await setupDatabase('redis')
+    redis = new Redis(service.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, lazyConnect: true })
+    await redis.connect()
+  })
+  afterAll(async () => {
+    redis?.disconnect()
+    await db?.drop()
+  })
+
+  const pay = (tenant: string, key: string, amount = 100, delayMs = 0): ExecuteInput => ({
+    scope: tenant,
+    operation: 'POST /v1/payments',
+    key,
+    fingerprint: fingerprintOf({ amount }),
+    handler: async ({ tx }) => {
+      await sleep(delayMs)
+      await tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3)', [tenant, key, amount])
+      return { status: 201, body: { key } }
+    },
+  })
+
+  it('answers 50 concurrent duplicates from Redis: at most one reservation attempt beyond the first', async () => {
+    const { engine: inner } = engineFor(db.pool)
+    const { counter, engine } = counting(inner)
+    const prefix = `${freshKey('t')}:`
+    const errors: unknown[] = []
+    // A generous timeout: on a loaded CI machine a slow answer would fall through and blur the count.
+    const leased = withSoftLease(engine, { redis, prefix, timeoutMs: 5_000, onError: (e) => errors.push(e) })
+    const tenant = freshKey('tenant')
+    const key = freshKey()
+    const outcomes = await Promise.all(
+      Array.from({ length: 50 }, () => leased.execute(pay(tenant, key, 100, 300))),
+    )
+    const kinds = outcomes.map((o) => o.kind)
+    expect(errors).toEqual([])
+    expect(kinds.filter((k) => k === 'executed')).toHaveLength(1)
+    expect(kinds.filter((k) => k === 'in_progress')).toHaveLength(49)
+    expect(counter.calls).toBeLessThanOrEqual(2)
+    const busy = outcomes.find((o) => o.kind === 'in_progress')
+    expect(busy?.kind === 'in_progress' && busy.retryAfterMs > 0).toBe(true)
+    expect(await countPayments(db.pool, tenant)).toBe(1)
+    // Released after completion, by compare-and-delete: the retry goes to Postgres and gets the replay.
+    expect(await redis.keys(`${prefix}*`)).toEqual([])
+    const retry = await leased.execute(pay(tenant, key))
+    expect(retry.kind).toBe('replayed')
+  })
+
+  it('sends a duplicate with another fingerprint to Postgres, which answers mismatch before in_progress', async () => {
+    const { engine } = engineFor(db.pool)
+    const leased = withSoftLease(engine, { redis, prefix: `${freshKey('t')}:` })
+    const tenant = freshKey('tenant')
+    const key = freshKey()
+    const first = leased.execute(pay(tenant, key, 100, 300))
+    await sleep(100)
+    const other = await leased.execute(pay(tenant, key, 999))
+    expect(other.kind).toBe('mismatch')
+    expect((await first).kind).toBe('executed')
+  })
+
+  it('waits on the lease when asked, then returns the replay', async () => {
+    const { engine } = engineFor(db.pool)
+    const leased = withSoftLease(engine, { redis, prefix: `${freshKey('t')}:` })
+    const tenant = freshKey('tenant')
+    const key = freshKey()
+    const first = leased.execute(pay(tenant, key, 100, 200))
+    await sleep(50)
+    const waited = await leased.execute({ ...pay(tenant, key), wait: { timeoutMs: 5_000 } })
+    expect((await first).kind).toBe('executed')
+    expect(waited.kind).toBe('replayed')
+  })
+
+  it('with Redis stopped mid-run nothing is duplicated (fall-through), and fail-closed touches no database', async () => {
+    const proxy = await redisProxy(new URL(service.url))
+    const viaProxy = new Redis({
+      port: proxy.port,
+      host: '127.0.0.1',
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      lazyConnect: true,
+      retryStrategy: () => null,
+    })
+    viaProxy.on('error', () => {})
+    await viaProxy.connect()
+    const errors: unknown[] = []
+    const { engine: inner } = engineFor(db.pool)
+    const { counter, engine } = counting(inner)
+    const leased = withSoftLease(engine, {
+      redis: viaProxy,
+      prefix: `${freshKey('t')}:`,
+      onError: (e) => errors.push(e),
+    })
+    const tenant = freshKey('tenant')
+    const keys = Array.from({ length: 10 }, () => freshKey())
+    const wave = () =>
+      Promise.all(
+        keys.flatMap((key) => Array.from({ length: 5 }, () => leased.execute(pay(tenant, key, 100, 150)))),
+      )
+    const running = wave()
+    await sleep(50)
+    proxy.cut() // Redis "stops" while leases are held and requests are in flight
+    const during = await Promise.all([running, wave()])
+    await sleep(200)
+    const after = await wave()
+    expect(errors.length).toBeGreaterThan(0)
+    expect(await countPayments(db.pool, tenant)).toBe(keys.length)
+    const all = [...during.flat(), ...after]
+    expect(all.filter((o) => o.kind === 'executed')).toHaveLength(keys.length)
+    expect(all.every((o) => ['executed', 'replayed', 'in_progress'].includes(o.kind))).toBe(true)
+
+    const closed = withSoftLease(engine, { redis: viaProxy, onRedisError: 'fail-closed' })
+    const before = counter.calls
+    expect((await closed.execute(pay(tenant, freshKey()))).kind).toBe('unavailable')
+    expect(counter.calls).toBe(before)
+    viaProxy.disconnect()
+  })
+
+  it('names the bad option', () => {
+    const { engine } = engineFor(db.pool)
+    expect(() => withSoftLease(engine, { redis, ttlMs: -5 })).toThrow('Expected `ttlMs`')
+    expect(() => withSoftLease(engine, { redis, onRedisError: 'maybe' as 'fail-closed' })).toThrow(
+      'onRedisError',
+    )
+  })
+})
