@@ -1,0 +1,54 @@
+import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { idempotency } from '@oncely/server/fastify'
+import { createTestDatabase } from '@oncely/test-support'
+import Fastify from 'fastify'
+
+/**
+ * The real server side for end-to-end tests: @oncely/server's engine on a fresh Postgres database behind its Fastify
+ * plugin, with one idempotent route that inserts a payment in the idempotency transaction. `payments` has no unique
+ * constraint, so a second execution would show up as a second row.
+ *
+ * `dropResponses` lets the engine commit and then destroys the socket instead of writing the response (the lost
+ * response); it applies to replays too.
+ */
+export async function startOncelyServer(label: string) {
+  const db = await createTestDatabase(label)
+  await migrate(db.pool)
+  await db.pool.query('CREATE TABLE payments (id bigserial PRIMARY KEY, amount integer NOT NULL)')
+  const engine = createEngine({ store: postgresStore({ pool: db.pool }) })
+  const app = Fastify({ logger: false })
+  const state = { dropResponses: false, keys: [] as (string | undefined)[] }
+  app.addHook('onRequest', async (request, reply) => {
+    const key = request.headers['idempotency-key']
+    state.keys.push(Array.isArray(key) ? key.join(', ') : key)
+    if (!state.dropResponses) return
+    // The response is written only after the engine committed (the plugin holds it until then); drop it there.
+    const raw = reply.raw
+    raw.writeHead = (() => {
+      raw.socket?.destroy()
+      return raw
+    }) as typeof raw.writeHead
+  })
+  await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
+  app.post<{ Body: { amount: number } }>(
+    '/v1/payments',
+    { config: { idempotency: { required: true } } },
+    async (request, reply) => {
+      const { rows } = await request.idempotency.tx.query(
+        'INSERT INTO payments (amount) VALUES ($1) RETURNING id',
+        [request.body.amount],
+      )
+      return reply.code(201).send({ id: String(rows[0].id), amount: request.body.amount })
+    },
+  )
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address() as { port: number }
+  return Object.assign(state, {
+    url: `http://127.0.0.1:${address.port}`,
+    effects: async () => (await db.pool.query('SELECT count(*)::int AS n FROM payments')).rows[0].n as number,
+    async close() {
+      await app.close()
+      await db.drop()
+    },
+  })
+}
