@@ -1,0 +1,107 @@
+// `pnpm bench`: starts the bench server on a fresh database, runs the suites and prints Markdown tables;
+// `--json <file>` also writes the ratios and targets. See docs/benchmarks.md for the method.
+import { writeFile } from 'node:fs/promises'
+import { createTestDatabase } from '@oncely/test-support'
+import { describeMachine } from './machine.js'
+import { parseOptions, USAGE } from './options.js'
+import { type BenchReport, markdown, summary } from './report.js'
+import { LEDGER_SCHEMA } from './server/ledger.js'
+import { startServer } from './server/process.js'
+import { clientBench } from './suites/client.js'
+import { compare, type Scenario } from './suites/compare.js'
+import { storm } from './suites/storm.js'
+import { evaluateTargets } from './targets.js'
+
+const POOL_SIZE = 10
+
+const options = parseOptions(process.argv.slice(2))
+if (!process.env.DATABASE_URL) {
+  console.error(`DATABASE_URL is not set. Point it at a Postgres server the bench may create a database on, e.g.
+  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres pnpm bench -- --quick
+or run it through the embedded Postgres:
+  node scripts/with-postgres.mjs pnpm --filter @oncely/bench bench -- --quick
+
+${USAGE}`)
+  process.exit(2)
+}
+
+const mode = options.quick
+  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300 }
+  : { rounds: 5, c1: 2000, c10: 10_000, warmup: 1000, stormKeys: 50, clientRequests: 2000 }
+const log = (line: string) => console.error(line)
+
+const db = await createTestDatabase('bench', { max: 4 })
+const startedAt = new Date().toISOString()
+const report: BenchReport = {
+  mode: options.quick ? 'quick' : 'full',
+  startedAt,
+  machine: await describeMachine(db.pool),
+  rounds: mode.rounds,
+  failedVariants: {},
+  server: [],
+  storm: [],
+  client: [],
+  targets: [],
+}
+await db.pool.query(LEDGER_SCHEMA)
+const server = await startServer({
+  databaseUrl: db.url,
+  redisUrl: options.redisUrl,
+  poolSize: POOL_SIZE,
+  variants: options.variants,
+})
+report.failedVariants = server.failed
+for (const [name, error] of Object.entries(server.failed)) log(`variant ${name} did not start: ${error}`)
+
+try {
+  if (!server.urls.baseline) throw new Error(`the baseline did not start: ${server.failed.baseline}`)
+  const running = Object.keys(server.urls).filter((name) => name !== 'baseline')
+  if (options.suites.has('server')) {
+    const scenarios: Scenario[] = running.flatMap((variant) => [
+      { id: `${variant}-first`, variant, path: 'first' as const },
+      { id: `${variant}-replay`, variant, path: 'replay' as const },
+    ])
+    report.server = await compare({
+      urls: server.urls,
+      pool: db.pool,
+      scenarios,
+      shapes: [
+        { name: 'c1', connections: 1, amount: mode.c1 },
+        { name: 'c10', connections: 10, amount: mode.c10 },
+      ],
+      rounds: mode.rounds,
+      warmupRequests: mode.warmup,
+      log,
+    })
+  }
+  if (options.suites.has('storm')) {
+    log(`\nduplicate storm: ${mode.stormKeys} keys x ${POOL_SIZE * 3} copies (server pool ${POOL_SIZE})`)
+    for (const variant of ['baseline', ...running]) {
+      const result = await storm({
+        variant,
+        url: server.urls[variant]!,
+        pool: db.pool,
+        keys: mode.stormKeys,
+        copies: POOL_SIZE * 3,
+      })
+      log(
+        `  ${variant}: ${result.executions} executions for ${result.keys} keys, p50 ${result.p50Ms.toFixed(2)} ms`,
+      )
+      report.storm.push(result)
+    }
+  }
+  if (options.suites.has('client')) {
+    log('\nclient write-ahead')
+    report.client = await clientBench({ rounds: mode.rounds, requestsPerRound: mode.clientRequests, log })
+  }
+} finally {
+  await server.stop()
+  await db.drop()
+}
+
+report.targets = evaluateTargets(report.server, report.storm, report.client)
+console.log(markdown(report))
+if (options.json) {
+  await writeFile(options.json, `${JSON.stringify(summary(report), null, 2)}\n`)
+  log(`\nwrote ${options.json}`)
+}

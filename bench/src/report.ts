@@ -1,0 +1,153 @@
+// Renders a run as Markdown tables (printed, and pasted into docs/benchmarks.md) and as the --json summary.
+import type { MachineInfo } from './machine.js'
+import { round } from './stats.js'
+import type { ClientSummary } from './suites/client.js'
+import type { ScenarioSummary } from './suites/compare.js'
+import type { StormResult } from './suites/storm.js'
+import type { Target } from './targets.js'
+
+export interface BenchReport {
+  mode: 'quick' | 'full'
+  startedAt: string
+  machine: MachineInfo
+  rounds: number
+  failedVariants: Record<string, string>
+  server: ScenarioSummary[]
+  storm: StormResult[]
+  client: ClientSummary[]
+  targets: Target[]
+}
+
+const table = (head: string[], rows: (string | number)[][]) =>
+  [
+    `| ${head.join(' | ')} |`,
+    `| ${head.map(() => '---').join(' | ')} |`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n')
+
+const ms = (value: number) => (Number.isFinite(value) ? value.toFixed(3) : 'n/a')
+
+export function markdown(report: BenchReport): string {
+  const m = report.machine
+  const parts = [
+    `Run ${report.startedAt}, ${report.mode} mode, ${report.rounds} rounds. ${m.cpu}, ${m.cores} cores, ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres}, synchronous_commit=${m.synchronousCommit}, load average ${m.loadAverage} at start.`,
+  ]
+  for (const shape of [...new Set(report.server.map((s) => s.shape))]) {
+    parts.push(
+      `\n**${shape}**\n\n${table(
+        [
+          'scenario',
+          'req/s ratio',
+          'added p50 ms',
+          'added p99 ms',
+          'req/s',
+          'baseline req/s',
+          'p50 ms',
+          'p99 ms',
+          'executions/request',
+          'failures',
+        ],
+        report.server
+          .filter((s) => s.shape === shape)
+          .map((s) => [
+            s.scenario.id,
+            `${s.throughputRatio.toFixed(2)}x`,
+            ms(s.addedP50Ms),
+            ms(s.addedP99Ms),
+            s.rps.toFixed(0),
+            s.baselineRps.toFixed(0),
+            ms(s.p50Ms),
+            ms(s.p99Ms),
+            s.executionsPerRequest.toFixed(2),
+            s.failures,
+          ]),
+      )}`,
+    )
+  }
+  if (report.storm.length > 0) {
+    parts.push(
+      `\n**duplicate storm**\n\n${table(
+        [
+          'variant',
+          'keys x copies',
+          'executions',
+          'keys run twice or more',
+          'statuses',
+          'p50 ms',
+          'p99 ms',
+          'burst ms (median)',
+        ],
+        report.storm.map((s) => [
+          s.variant,
+          `${s.keys} x ${s.copies}`,
+          s.executions,
+          s.duplicatedKeys,
+          Object.entries(s.statuses)
+            .map(([code, n]) => `${code}: ${n}`)
+            .join(', ') + (s.errors ? `, errors: ${s.errors}` : ''),
+          ms(s.p50Ms),
+          ms(s.p99Ms),
+          ms(s.burstMs),
+        ]),
+      )}`,
+    )
+  }
+  if (report.client.length > 0) {
+    parts.push(
+      `\n**client, per mutation**\n\n${table(
+        ['store', 'p50 ms', 'p99 ms', 'added p50 ms vs ky', 'added p99 ms vs ky'],
+        report.client.map((c) => [c.store, ms(c.p50Ms), ms(c.p99Ms), ms(c.addedP50Ms), ms(c.addedP99Ms)]),
+      )}`,
+    )
+  }
+  parts.push(
+    `\n**targets**\n\n${table(
+      ['target', 'goal', 'measured', 'met'],
+      report.targets.map((t) => [
+        t.name,
+        t.goal,
+        t.measured,
+        t.met === null ? 'not measured' : t.met ? 'yes' : 'no',
+      ]),
+    )}`,
+  )
+  const failed = Object.entries(report.failedVariants)
+  if (failed.length > 0)
+    parts.push(`\nVariants that did not start:\n${failed.map(([n, e]) => `- ${n}: ${e}`).join('\n')}`)
+  return parts.join('\n')
+}
+
+/** The --json summary: ratios and targets, without the per-run raw numbers. */
+export function summary(report: BenchReport): unknown {
+  const server: Record<string, Record<string, unknown>> = {}
+  for (const s of report.server) {
+    server[s.shape] ??= {}
+    server[s.shape]![s.scenario.id] = {
+      throughputRatio: round(s.throughputRatio),
+      addedP50Ms: round(s.addedP50Ms),
+      addedP99Ms: round(s.addedP99Ms),
+      executionsPerRequest: round(s.executionsPerRequest),
+      failures: s.failures,
+    }
+  }
+  return {
+    mode: report.mode,
+    startedAt: report.startedAt,
+    machine: report.machine,
+    rounds: report.rounds,
+    failedVariants: report.failedVariants,
+    server,
+    storm: report.storm.map((s) => ({
+      ...s,
+      p50Ms: round(s.p50Ms),
+      p99Ms: round(s.p99Ms),
+      burstMs: round(s.burstMs),
+    })),
+    client: report.client.map((c) => ({
+      store: c.store,
+      addedP50Ms: round(c.addedP50Ms),
+      addedP99Ms: round(c.addedP99Ms),
+    })),
+    targets: report.targets,
+  }
+}

@@ -1,0 +1,30 @@
+import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { idempotency } from '@oncely/server/fastify'
+import { insertEntry, type Transfer } from './ledger.js'
+import type { Variant } from './variant.js'
+
+export const ONCELY_SCHEMA = 'oncely'
+
+/**
+ * oncely: the key is reserved, the INSERT runs and the response is stored in one transaction on the business
+ * database, with a fenced completion. The handler only runs the INSERT; the engine owns BEGIN and COMMIT.
+ */
+export const oncely: Variant = {
+  name: 'oncely',
+  description: 'oncely engine + Fastify plugin, keys in the business Postgres, same transaction',
+  async setup(scope, { pool }) {
+    await migrate(pool, { schema: ONCELY_SCHEMA })
+    const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }) })
+    await scope.register(idempotency, { engine, tenant: () => 'bench' })
+    scope.post<{ Body: Transfer }>(
+      '/ledger',
+      { config: { idempotency: { required: true } } },
+      async (request, reply) => {
+        const { tx, key } = request.idempotency
+        const response = await insertEntry(tx, key, request.body)
+        return reply.code(response.status).send(response.body)
+      },
+    )
+    return async () => {}
+  },
+}

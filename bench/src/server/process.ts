@@ -1,0 +1,55 @@
+// Parent side of the bench server: spawns src/server/main.ts in its own Node process and waits for READY.
+import { spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+
+export interface BenchServer {
+  /** Base URL per variant that started; `POST <url>/ledger` is the business transaction. */
+  urls: Record<string, string>
+  /** Setup errors of the variants that did not start, by name. */
+  failed: Record<string, string>
+  stop(): Promise<void>
+}
+
+const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url))
+
+export async function startServer(options: {
+  databaseUrl: string
+  redisUrl: string
+  poolSize: number
+  variants: readonly string[]
+}): Promise<BenchServer> {
+  const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', MAIN], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: {
+      ...process.env,
+      BENCH_DATABASE_URL: options.databaseUrl,
+      BENCH_REDIS_URL: options.redisUrl,
+      BENCH_POOL_SIZE: String(options.poolSize),
+      BENCH_VARIANTS: options.variants.join(','),
+    },
+  })
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  const line = await new Promise<string | undefined>((resolve) => {
+    createInterface({ input: child.stdout }).on('line', (text) => {
+      if (text.startsWith('READY ')) resolve(text.slice(6))
+    })
+    child.on('exit', () => resolve(undefined))
+  })
+  if (!line) throw new Error('the bench server exited before it was ready (its stderr is above)')
+  const status = JSON.parse(line) as Record<string, { port: number } | { error: string }>
+  const urls: Record<string, string> = {}
+  const failed: Record<string, string> = {}
+  for (const [name, entry] of Object.entries(status)) {
+    if ('port' in entry) urls[name] = `http://127.0.0.1:${entry.port}`
+    else failed[name] = entry.error
+  }
+  return {
+    urls,
+    failed,
+    async stop() {
+      child.kill('SIGTERM')
+      await exited
+    },
+  }
+}

@@ -1,0 +1,145 @@
+// Throughput and added latency of each variant against the baseline, measured in adjacent pairs (baseline, variant,
+// baseline, variant, ...) so drift in machine load hits both sides of a ratio alike. Reports medians over rounds.
+import type pg from 'pg'
+import { keySequence, type LoadResult, load } from '../load.js'
+import { median } from '../stats.js'
+
+export interface Shape {
+  name: string
+  connections: number
+  /** Requests per timed run. */
+  amount: number
+}
+
+/** One thing measured against the baseline: a variant on its first-execution or its replay path. */
+export interface Scenario {
+  id: string
+  variant: string
+  path: 'first' | 'replay'
+}
+
+export interface PairResult {
+  baseline: LoadResult
+  scenario: LoadResult
+  /** Ledger rows the timed scenario run added: the amount on a first path, 0 on a faithful replay path. */
+  executions: number
+}
+
+export interface ScenarioSummary {
+  scenario: Scenario
+  shape: string
+  /** Median over rounds of scenario req/s divided by the adjacent baseline's req/s. */
+  throughputRatio: number
+  /** Median over rounds of scenario p50 minus the adjacent baseline's p50, in ms. */
+  addedP50Ms: number
+  addedP99Ms: number
+  /** Medians of the raw numbers, for context only: they depend on the machine and its load. */
+  rps: number
+  baselineRps: number
+  p50Ms: number
+  p99Ms: number
+  /** Non-2xx responses or socket errors over all timed runs (should be 0). */
+  failures: number
+  executionsPerRequest: number
+  pairs: PairResult[]
+}
+
+export interface CompareOptions {
+  urls: Record<string, string>
+  pool: pg.Pool
+  scenarios: readonly Scenario[]
+  shapes: readonly Shape[]
+  rounds: number
+  warmupRequests: number
+  log: (line: string) => void
+}
+
+let runCounter = 0
+const runPrefix = (label: string) => `${label}-${process.pid}-${Date.now().toString(36)}-${runCounter++}`
+
+async function ledgerHead(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ head: string | null }>('SELECT max(id) AS head FROM ledger')
+  return Number(rows[0]?.head ?? 0)
+}
+
+const failures = (result: LoadResult) =>
+  result.errors + Object.entries(result.statuses).reduce((n, [s, c]) => (Number(s) >= 300 ? n + c : n), 0)
+
+export async function compare(options: CompareOptions): Promise<ScenarioSummary[]> {
+  const { urls, pool, log } = options
+  const url = (variant: string) => {
+    const found = urls[variant]
+    if (!found) throw new Error(`variant ${variant} is not running`)
+    return found
+  }
+  const summaries: ScenarioSummary[] = []
+  for (const shape of options.shapes) {
+    log(`\n${shape.name}: ${shape.connections} connection(s), ${shape.amount} requests per run`)
+    const variants = new Set(['baseline', ...options.scenarios.map((s) => s.variant)])
+    for (const variant of variants) {
+      await load({
+        url: url(variant),
+        connections: shape.connections,
+        amount: options.warmupRequests,
+        nextKey: keySequence(runPrefix('warm')),
+      })
+    }
+    const pairs = new Map<string, PairResult[]>(options.scenarios.map((s) => [s.id, []]))
+    for (let round = 0; round < options.rounds; round++) {
+      // Rotate the order each round so no scenario always runs right after the same neighbour.
+      const order = options.scenarios.map(
+        (_, i) => options.scenarios[(i + round) % options.scenarios.length]!,
+      )
+      for (const scenario of order) {
+        let nextKey = keySequence(runPrefix(scenario.id))
+        if (scenario.path === 'replay') {
+          const prefix = runPrefix(scenario.id)
+          await load({
+            url: url(scenario.variant),
+            connections: shape.connections,
+            amount: shape.amount,
+            nextKey: keySequence(prefix, shape.amount),
+          })
+          nextKey = keySequence(prefix, shape.amount)
+        }
+        const baselineResult = await load({
+          url: url('baseline'),
+          connections: shape.connections,
+          amount: shape.amount,
+          nextKey: keySequence(runPrefix('baseline')),
+        })
+        const head = await ledgerHead(pool)
+        const result = await load({
+          url: url(scenario.variant),
+          connections: shape.connections,
+          amount: shape.amount,
+          nextKey,
+        })
+        const executions = (await ledgerHead(pool)) - head
+        pairs.get(scenario.id)!.push({ baseline: baselineResult, scenario: result, executions })
+        log(
+          `  round ${round + 1} ${scenario.id.padEnd(28)} ${result.rps.toFixed(0).padStart(6)} req/s (baseline ${baselineResult.rps.toFixed(0)}), p50 ${result.p50.toFixed(2)} ms (baseline ${baselineResult.p50.toFixed(2)})${failures(result) ? `, ${failures(result)} failures` : ''}`,
+        )
+      }
+    }
+    for (const scenario of options.scenarios) {
+      const list = pairs.get(scenario.id)!
+      summaries.push({
+        scenario,
+        shape: shape.name,
+        throughputRatio: median(list.map((p) => p.scenario.rps / p.baseline.rps)),
+        addedP50Ms: median(list.map((p) => p.scenario.p50 - p.baseline.p50)),
+        addedP99Ms: median(list.map((p) => p.scenario.p99 - p.baseline.p99)),
+        rps: median(list.map((p) => p.scenario.rps)),
+        baselineRps: median(list.map((p) => p.baseline.rps)),
+        p50Ms: median(list.map((p) => p.scenario.p50)),
+        p99Ms: median(list.map((p) => p.scenario.p99)),
+        failures: list.reduce((n, p) => n + failures(p.scenario), 0),
+        executionsPerRequest:
+          list.reduce((n, p) => n + p.executions, 0) / list.reduce((n, p) => n + p.scenario.requests, 0),
+        pairs: list,
+      })
+    }
+  }
+  return summaries
+}

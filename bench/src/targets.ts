@@ -1,0 +1,78 @@
+// The targets of issue 8, evaluated on a run's medians. A target whose inputs were not measured is reported as
+// `met: null` rather than guessed.
+import type { ClientSummary } from './suites/client.js'
+import type { ScenarioSummary } from './suites/compare.js'
+import type { StormResult } from './suites/storm.js'
+
+export interface Target {
+  name: string
+  goal: string
+  measured: string
+  met: boolean | null
+}
+
+const find = (summaries: readonly ScenarioSummary[], id: string, shape: string) =>
+  summaries.find((s) => s.scenario.id === id && s.shape === shape)
+
+export function evaluateTargets(
+  summaries: readonly ScenarioSummary[],
+  storms: readonly StormResult[],
+  client: readonly ClientSummary[],
+): Target[] {
+  const targets: Target[] = []
+  const ratio = (id: string, shape: string, goal: number, name: string) => {
+    const found = find(summaries, id, shape)
+    targets.push({
+      name,
+      goal: `>= ${goal}x baseline req/s`,
+      measured: found ? `${found.throughputRatio.toFixed(2)}x` : 'not measured',
+      met: found ? found.throughputRatio >= goal : null,
+    })
+  }
+  ratio('oncely-first', 'c10', 0.75, 'first execution throughput, 10 connections')
+  ratio('oncely-replay', 'c10', 1.2, 'replay throughput, 10 connections')
+  const first = find(summaries, 'oncely-first', 'c1')
+  targets.push({
+    name: 'added p50 latency, 1 connection',
+    goal: '<= 0.4 ms',
+    measured: first ? `${first.addedP50Ms.toFixed(3)} ms` : 'not measured',
+    met: first ? first.addedP50Ms <= 0.4 : null,
+  })
+  for (const path of ['first', 'replay'] as const) {
+    const ours = find(summaries, `oncely-${path}`, 'c10')
+    const peers = summaries.filter(
+      (s) => s.shape === 'c10' && s.scenario.path === path && s.scenario.variant !== 'oncely',
+    )
+    const best = peers.reduce<ScenarioSummary | undefined>(
+      (top, s) => (top === undefined || s.throughputRatio > top.throughputRatio ? s : top),
+      undefined,
+    )
+    targets.push({
+      name: `at least every peer's throughput, ${path} path, 10 connections`,
+      goal: `>= best peer (${best?.scenario.variant ?? 'none measured'})`,
+      measured:
+        ours && best
+          ? `${ours.throughputRatio.toFixed(2)}x vs ${best.throughputRatio.toFixed(2)}x`
+          : 'not measured',
+      met: ours && best ? ours.throughputRatio >= best.throughputRatio : null,
+    })
+  }
+  const oncelyStorm = storms.find((s) => s.variant === 'oncely')
+  targets.push({
+    name: 'duplicate storm: one execution per key',
+    goal: 'executions = keys',
+    measured: oncelyStorm
+      ? `${oncelyStorm.executions} executions for ${oncelyStorm.keys} keys`
+      : 'not measured',
+    met: oncelyStorm ? oncelyStorm.executions === oncelyStorm.keys : null,
+  })
+  for (const summary of client.filter((c) => c.store !== 'ky')) {
+    targets.push({
+      name: `client write-ahead added p50, ${summary.store}`,
+      goal: '<= 1 ms',
+      measured: `${summary.addedP50Ms.toFixed(3)} ms`,
+      met: summary.addedP50Ms <= 1,
+    })
+  }
+  return targets
+}
