@@ -34,25 +34,35 @@ function seeded(seed: number): () => number {
  * const faults = createFaults(config.chaos)
  * await faults.at('after-provider')
  */
-export function createFaults(chaos: ChaosConfig | undefined, kill = defaultKill): Faults {
+export function createFaults(chaos: ChaosConfig | undefined, effects: FaultEffects = defaultEffects): Faults {
+  const { kill, report } = effects
   if (!chaos || (chaos.crashAt.size === 0 && chaos.delayAt.size === 0)) return noFaults
   const random = chaos.seed === undefined ? Math.random : seeded(chaos.seed)
   return {
     async at(point) {
       if (chaos.delayAt.has(point) && chaos.delayMs > 0 && random() < chaos.delayRate) {
-        writeSync(2, `ONCELY_CHAOS delay ${point} ${chaos.delayMs}ms pid=${process.pid}\n`)
+        report(`ONCELY_CHAOS delay ${point} ${chaos.delayMs}ms pid=${process.pid}`)
         await sleep(chaos.delayMs)
       }
       if (chaos.crashAt.has(point) && random() < chaos.crashRate) {
-        // Written synchronously so the line is out before the process dies; the suite counts crashes per point.
-        writeSync(2, `ONCELY_CHAOS crash ${point} pid=${process.pid}\n`)
+        report(`ONCELY_CHAOS crash ${point} pid=${process.pid}`)
         kill()
       }
     },
   }
 }
 
-function defaultKill(): void {
+/** What a fault does; replaceable so tests can observe faults without dying. */
+export interface FaultEffects {
+  /** Ends the process. */
+  kill(): void
+  /** Announces a fault on one line, before it happens. */
+  report(line: string): void
+}
+
+const defaultEffects: FaultEffects = {
   // SIGKILL, not exit(): no finally blocks, no connection cleanup, exactly like a power cut.
-  process.kill(process.pid, 'SIGKILL')
+  kill: () => process.kill(process.pid, 'SIGKILL'),
+  // Synchronous, so the line is out before the process dies; the chaos suite counts faults per point from it.
+  report: (line) => writeSync(2, `${line}\n`),
 }
