@@ -156,8 +156,8 @@ export function createEngine(options: EngineOptions): Engine {
         ...id,
         attempt,
         recoveryPoint: reserved.recovery_point,
-        saveRecoveryPoint: async (point) => {
-          const result = await pool.query(q.saveRecoveryPoint(names, id, token, point))
+        saveRecoveryPoint: async (point, tx) => {
+          const result = await (tx ?? pool).query(q.saveRecoveryPoint(names, id, token, point))
           return result.rowCount === 1
         },
         stepKey: (step) => stepKeyFor(id.scope, id.operation, id.key, step),
@@ -222,11 +222,12 @@ export function createEngine(options: EngineOptions): Engine {
       abort.abort(error)
       throw error
     } finally {
-      client.off('error', onClientError)
-      // A client that broke or sat in an abandoned transaction is destroyed rather than returned to the pool.
-      const destroy = broken ?? (crashed === undefined ? undefined : new Error('attempt abandoned'))
       if (crashed !== undefined && !broken) await rollback()
-      client.release(destroy)
+      // A client that broke or sat in an abandoned transaction is destroyed rather than returned to the pool. Our
+      // 'error' listener stays attached until the pool has its own again: a checked-out client that emits 'error'
+      // with no listener crashes the process (regression: connection-kill.test.ts).
+      client.release(broken ?? (crashed === undefined ? undefined : new Error('attempt abandoned')))
+      client.off('error', onClientError)
     }
   }
 
@@ -325,8 +326,8 @@ export function createEngine(options: EngineOptions): Engine {
       await client.query('ROLLBACK').catch(() => {})
       return { kind: 'retryable_failure', reason: 'error', error }
     } finally {
-      client.off('error', onClientError)
       client.release(broken)
+      client.off('error', onClientError)
     }
   }
 

@@ -36,8 +36,10 @@ export interface ExecutionContext {
   /**
    * Saves a recovery point, committed at once and outside the business transaction, so a later attempt knows how
    * far an earlier one got (for example past an external call). Resolves `false` when this attempt was fenced out.
+   * With `tx` (a client in a transaction of your own, not `ctx.tx`), the save runs on it and commits or rolls back
+   * with that transaction's writes: an atomic phase (see `@oncely/server/steps`).
    */
-  saveRecoveryPoint(point: string): Promise<boolean>
+  saveRecoveryPoint(point: string, tx?: pg.ClientBase): Promise<boolean>
   /**
    * A deterministic key for one external call of this execution: SHA-256 (hex) of scope, operation, key and step.
    * Send it as the provider's idempotency key so a retry after a crash cannot charge twice.

@@ -104,7 +104,7 @@ export async function migrate(pool: pg.Pool, target: MigrationTarget = {}): Prom
     await client.query('ROLLBACK').catch(() => {})
     throw error
   } finally {
-    client.off('error', onError)
     client.release(failure instanceof Error ? failure : undefined)
+    client.off('error', onError)
   }
 }

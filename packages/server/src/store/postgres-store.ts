@@ -38,6 +38,28 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   }
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
   const table = checkIdentifier('table', options.table ?? DEFAULT_TABLE)
-  if (pool.listenerCount('error') === 0) pool.on('error', () => {})
+  guardPool(pool)
   return { kind: 'postgres', pool, names: tableNames(schema, table) }
+}
+
+const guarded = new WeakSet<object>()
+const ignore = () => {}
+
+/**
+ * Makes sure no client of the pool can crash the process with an unhandled 'error' event. pg-pool leaves a window
+ * with no listener at all: it hands a client to `pool.connect()` through a promise, so if the same socket read also
+ * carries the server's FATAL "terminating connection" message, 'error' is emitted before the caller's continuation
+ * can attach its listener (regression: connection-kill.test.ts). A permanent listener attached on 'acquire', which
+ * pg-pool emits synchronously before handing the client out, closes it. The error still reaches whoever is using
+ * the client through its failed query.
+ */
+function guardPool(pool: pg.Pool): void {
+  if (guarded.has(pool)) return
+  guarded.add(pool)
+  if (pool.listenerCount('error') === 0) pool.on('error', ignore)
+  pool.on('acquire', (client) => {
+    if (guarded.has(client)) return
+    guarded.add(client)
+    client.on('error', ignore)
+  })
 }

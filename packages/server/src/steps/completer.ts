@@ -1,0 +1,136 @@
+import { positiveInteger } from '../engine/options.js'
+import type { PostgresStore } from '../store/postgres-store.js'
+import { parseRecoveryPoint, type RecoveryPoint } from './steps.js'
+
+/** An intent whose execution was abandoned: the record the completer found. */
+export interface AbandonedIntent {
+  scope: string
+  operation: string
+  key: string
+  /** `in_progress` with a lapsed lease (the process died), or `failed_retryable` (the attempt failed and nobody retried). */
+  status: 'in_progress' | 'failed_retryable'
+  /** Attempts so far. */
+  attempts: number
+  /** The raw recovery point, and its parsed form when it was written by `steps()`. */
+  recoveryPoint: string | null
+  steps: RecoveryPoint | null
+  /** The request headers the engine stored (`requestHeaders`). */
+  requestHeaders: Record<string, string> | null
+}
+
+/** Options of {@link createCompleter}. */
+export interface CompleterOptions {
+  /** The store the engine uses. */
+  store: PostgresStore
+  /**
+   * Re-drives one intent, usually by calling `engine.execute` again with the original request (rebuilt from the
+   * state `steps()` saved, or from your own tables). The engine's reservation makes concurrent re-drives and a late
+   * client retry safe: one runs, the others get `in_progress` or the replay.
+   */
+  redrive: (intent: AbandonedIntent) => Promise<void>
+  /**
+   * How long after an attempt's lease ran out (or after a retryable failure) an intent counts as abandoned. Leave
+   * the client time to retry first.
+   * @default 60_000
+   */
+  graceMs?: number
+  /** Intents re-driven per round. @default 50 */
+  batchSize?: number
+  /** Only intents that saved a recovery point (whose earlier attempt got past a step). @default true */
+  onlyWithRecoveryPoint?: boolean
+  /** Receives errors thrown by `redrive` or by the query. Must not throw. */
+  onError?: (error: unknown, intent?: AbandonedIntent) => void
+}
+
+/** Re-drives abandoned intents. Create with {@link createCompleter}. */
+export interface Completer {
+  /** Finds abandoned intents and re-drives them one by one; resolves with how many were found. */
+  runOnce(): Promise<number>
+  /** Runs `runOnce` every `intervalMs` (default 30 s); returns a stop function. The timer does not keep the process alive. */
+  start(intervalMs?: number): () => void
+}
+
+/**
+ * The completer of Brandur's design: a background process that finishes what a crashed server started, so an intent
+ * whose client gave up still completes (or compensates) instead of staying half done.
+ *
+ * @example
+ * createCompleter({ store, graceMs: 60_000, redrive: async (intent) => {
+ *   const { amount } = intent.steps?.state as { amount: number }
+ *   await engine.execute({ scope: intent.scope, operation: intent.operation, key: intent.key,
+ *     fingerprint: await fingerprintOf(intent), handler: paymentSteps(amount) })
+ * } }).start()
+ */
+export function createCompleter(options: CompleterOptions): Completer {
+  if (typeof options !== 'object' || options === null)
+    throw new TypeError('Expected `options` to be an object.')
+  if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
+  if (typeof options.redrive !== 'function') throw new TypeError('Expected `redrive` to be a function.')
+  const graceMs = positiveInteger('graceMs', options.graceMs ?? 60_000)
+  const batchSize = positiveInteger('batchSize', options.batchSize ?? 50)
+  const withPoint = options.onlyWithRecoveryPoint ?? true
+  const { pool, names } = options.store
+  const report = (error: unknown, intent?: AbandonedIntent) => {
+    try {
+      options.onError?.(error, intent)
+    } catch {
+      // An observer must not stop the completer.
+    }
+  }
+
+  async function runOnce(): Promise<number> {
+    const { rows } = await pool.query<{
+      scope: string
+      operation: string
+      key: string
+      status: 'in_progress' | 'failed_retryable'
+      attempts: number
+      recovery_point: string | null
+      request_headers: Record<string, string> | null
+    }>(
+      `SELECT scope, operation, key, status, attempts, recovery_point, request_headers FROM ${names.qualified}
+WHERE expires_at > now() AND ($3::boolean = false OR recovery_point IS NOT NULL) AND (
+  (status = 'in_progress' AND locked_until <= now() - ($1::float8 * interval '1 millisecond'))
+  OR (status = 'failed_retryable' AND updated_at <= now() - ($1::float8 * interval '1 millisecond')))
+ORDER BY updated_at LIMIT $2`,
+      [graceMs, batchSize, withPoint],
+    )
+    for (const row of rows) {
+      const intent: AbandonedIntent = {
+        scope: row.scope,
+        operation: row.operation,
+        key: row.key,
+        status: row.status,
+        attempts: row.attempts,
+        recoveryPoint: row.recovery_point,
+        steps: parseRecoveryPoint(row.recovery_point),
+        requestHeaders: row.request_headers,
+      }
+      try {
+        await options.redrive(intent)
+      } catch (error) {
+        report(error, intent)
+      }
+    }
+    return rows.length
+  }
+
+  return {
+    runOnce,
+    start(intervalMs = 30_000) {
+      positiveInteger('intervalMs', intervalMs)
+      let running = false
+      const timer = setInterval(() => {
+        if (running) return
+        running = true
+        runOnce()
+          .catch((error) => report(error))
+          .finally(() => {
+            running = false
+          })
+      }, intervalMs)
+      timer.unref?.()
+      return () => clearInterval(timer)
+    },
+  }
+}
