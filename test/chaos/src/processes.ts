@@ -21,8 +21,12 @@ export interface ProcessSpec {
   /** @default process.execPath (node) */
   command?: string
   args: string[]
-  /** Added to the driver's environment. @default {} */
-  env?: Record<string, string>
+  /**
+   * Added to the driver's environment. A function is called at every start, so each incarnation can get its own
+   * settings (a fresh seed, the next crash point).
+   * @default {}
+   */
+  env?: Record<string, string> | (() => Record<string, string>)
   cwd?: string
   /** When the process counts as started. Without it, as soon as it is spawned. */
   ready?: Readiness
@@ -94,7 +98,7 @@ export class ManagedProcess {
     this.#log ??= createWriteStream(this.logFile, { flags: 'a' })
     const child = spawn(spec.command ?? process.execPath, spec.args, {
       cwd: spec.cwd,
-      env: { ...process.env, ...spec.env },
+      env: { ...process.env, ...(typeof spec.env === 'function' ? spec.env() : spec.env) },
       stdio: ['pipe', 'pipe', 'pipe'],
     })
     this.#child = child
@@ -116,27 +120,30 @@ export class ManagedProcess {
       })
     }
     child.stdin!.on('error', () => {}) // writes to a killed worker must not crash the driver
-    this.#exited = new Promise((resolve) => {
+    const exited = new Promise<ExitInfo>((resolve) => {
       child.once('exit', (code, signal) => {
         this.#log?.write(`--- ${spec.name} pid ${child.pid} exited code=${code} signal=${signal} ---\n`)
         spec.onExit?.({ code, signal, pid: child.pid ?? 0 })
         resolve({ code, signal })
       })
     })
+    this.#exited = exited
     if (!spec.ready) return
     if ('url' in spec.ready) void this.#pollHealth(spec.ready.url, child).then((ok) => ok && markReady())
     const timeoutMs = spec.readyTimeoutMs ?? 30_000
     let timer: NodeJS.Timeout | undefined
     const outcome = await Promise.race([
       ready.then(() => 'ready' as const),
-      this.#exited.then((info) => info),
+      exited,
       new Promise<'timeout'>((resolve) => {
         timer = setTimeout(() => resolve('timeout'), timeoutMs)
       }),
     ])
     clearTimeout(timer)
     if (outcome === 'ready') return
-    await this.kill()
+    // Kill this incarnation only: a newer one may have been started while this one was failing.
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    await exited
     const why =
       outcome === 'timeout'
         ? `not ready within ${timeoutMs} ms`

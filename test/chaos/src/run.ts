@@ -17,7 +17,7 @@ import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
 import { ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
-import { createRandom } from './random.js'
+import { createRandom, type Random } from './random.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
 import { readFinalDb } from './snapshot.js'
 
@@ -42,6 +42,8 @@ export async function run(
   const fault = (process: string, name: string, target: string, phase: 'start' | 'stop' | 'once' = 'once') =>
     record(process, { type: 'fault', fault: name, target, phase })
   let shuttingDown = false
+  let healed = false
+  let draining = false
 
   const db = await createTestDatabase('chaos')
   const cleanup: Array<() => Promise<unknown>> = []
@@ -58,10 +60,23 @@ export async function run(
     proxiedDbUrl.hostname = '127.0.0.1'
     proxiedDbUrl.port = String(dbProxy.port)
 
-    // API instances, each restarted by this supervisor when a crash point kills it.
+    // API instances, each restarted by this supervisor when a crash point kills it. Every incarnation gets a fresh
+    // seed (the same seed would crash at the same request again) and the next crash point of a seeded rotation,
+    // so each point is hit early in the run.
     const serverRandom = random.fork('servers')
-    const crashAt = SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`))
+    const rotation = shuffle(
+      serverRandom,
+      SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`)),
+    )
+    let rotated = 0
+    const crashEnv = (): Record<string, string> => {
+      if (healed || rotation.length === 0) return { ONCELY_CRASH_AT: '' }
+      const point = rotation[rotated++ % rotation.length]!
+      const rate = rotated <= rotation.length * options.servers ? 0.1 : 0.02
+      return { ONCELY_CRASH_AT: point, ONCELY_CRASH_RATE: String(rate) }
+    }
     const servers: ManagedProcess[] = []
+    const supervised = new Set<ManagedProcess>()
     const ports: number[] = []
     for (let i = 0; i < options.servers; i++) {
       const name = `api-${i + 1}`
@@ -73,34 +88,30 @@ export async function run(
         cwd: join(ROOT, 'apps/payments-api'),
         logDir,
         ready: { url: `http://127.0.0.1:${port}/healthz` },
-        env: {
+        env: () => ({
           PORT: String(port),
           HOST: '127.0.0.1',
           DATABASE_URL: proxiedDbUrl.toString(),
           LOG_LEVEL: 'warn',
           ONCELY_LEASE_MS: String(LEASE_MS),
-          ONCELY_PROVIDER_FAILURE_RATE: '0.03',
+          ONCELY_PROVIDER_FAILURE_RATE: healed ? '0' : '0.03',
           ONCELY_CHAOS: '1',
           ONCELY_CHAOS_SEED: String(serverRandom.int(0, 0xffff_ffff)),
-          ...(crashAt.length > 0
-            ? {
-                ONCELY_CRASH_AT: crashAt.join(','),
-                ONCELY_CRASH_RATE: String(0.004 + serverRandom.next() * 0.01),
-              }
-            : {}),
+          ...crashEnv(),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
-        },
+        }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
           if (crash) fault(name, `crash-${crash[1]}`, name)
         },
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
-          if (!shuttingDown) void restart(server)
+          if (!shuttingDown && supervised.has(server)) void restart(server)
         },
       })
       servers.push(server)
+      supervised.add(server)
     }
     const restart = async (p: ManagedProcess) => {
       await new Promise((r) => setTimeout(r, 200))
@@ -153,16 +164,16 @@ export async function run(
         cwd: join(ROOT, 'test/chaos'),
         logDir,
         ready: { line: /^\{"type":"ready"\}$/ },
-        env: {
+        env: () => ({
           ONCELY_CHAOS_WORKER_NAME: name,
           ONCELY_CHAOS_BASE_URL: `http://127.0.0.1:${proxies[w % proxies.length]!.port}`,
           ONCELY_CHAOS_TENANT: `tenant-${w + 1}`,
           ONCELY_CHAOS_STORE_DIR: join(options.runDir, 'stores', name),
           ONCELY_CHAOS_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS),
           ONCELY_CHAOS_SEED: String(workerRandom.int(0, 0xffff_ffff)),
-          ONCELY_CHAOS_WORKER_CRASH_AT: workerCrashAt.join(','),
+          ONCELY_CHAOS_WORKER_CRASH_AT: healed ? '' : workerCrashAt.join(','),
           ONCELY_CHAOS_WORKER_CRASH_RATE: String(0.01 + workerRandom.next() * 0.02),
-        },
+        }),
         onLine: (line, stream) => {
           if (stream !== 'stdout' || !line.startsWith('{')) return
           const event = JSON.parse(line) as ReportedEvent | { type: 'ready' }
@@ -175,7 +186,9 @@ export async function run(
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
           if (shuttingDown) return
-          void restart(worker).then(() => worker.send(JSON.stringify({ type: 'resume' })))
+          void restart(worker).then(() =>
+            worker.send(JSON.stringify({ type: draining ? 'drain' : 'resume' })),
+          )
         },
       })
       workers.push(worker)
@@ -223,6 +236,7 @@ export async function run(
         },
       },
     })
+    const faultPhase = Date.now()
     const plan = planIntents(random.fork('generator'), {
       intents: options.intents,
       workers: options.workers,
@@ -235,15 +249,25 @@ export async function run(
       send: (intent, command) => workers[intent.worker]!.send(JSON.stringify(command)),
       probeSent: (intent, kind) => fault('generator', kind, intent.id),
     })
-    const remaining = options.durationMs - (Date.now() - startedAt.getTime())
+    const remaining = options.durationMs - (Date.now() - faultPhase)
     if (remaining > 0) await new Promise((r) => setTimeout(r, remaining))
 
-    // Heal, then drain until every worker reports nothing pending (or the rounds run out).
+    // Heal: no more network faults, crash points or pauses; servers restarted gracefully without crash points.
     await nemesis.stop()
-    for (const proxy of proxies) proxy.setRates({})
+    healed = true
     log('healing and draining')
+    for (const proxy of proxies) proxy.setRates({})
+    for (const worker of workers) worker.send(JSON.stringify({ type: 'heal' }))
+    for (const server of servers) {
+      supervised.delete(server)
+      await server.stop()
+      await server.start()
+      record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
+      supervised.add(server)
+    }
+    // Drain until every worker reports nothing pending (or the rounds run out).
+    draining = true
     for (let round = 0; round < DRAIN_ROUNDS; round++) {
-      await Promise.all(servers.map((s) => (s.running ? undefined : s.start().catch(() => {}))))
       drained.clear()
       for (const worker of workers) worker.send(JSON.stringify({ type: 'drain' }))
       await waitFor(() => drained.size === workers.length, 120_000)
@@ -317,6 +341,15 @@ async function dispatch(
     }
     await new Promise((r) => setTimeout(r, io.spacingMs))
   }
+}
+
+function shuffle<T>(random: Random, items: readonly T[]): T[] {
+  const out = [...items]
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = random.int(0, i)
+    ;[out[i], out[j]] = [out[j]!, out[i]!]
+  }
+  return out
 }
 
 async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {

@@ -10,7 +10,8 @@
  * - `{"type":"probe","intent":"i00042","kind":"changed-payload","key":"<original key>","body":{...}}`: the same
  *   key with another body (or the same body in another member order), sent raw the way a buggy or foreign client
  *   would, because the SDK refuses a changed payload locally before it reaches the server.
- * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"drain"}`: resume, then report `pending()`.
+ * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"heal"}`: no more crash points.
+ *   `{"type":"drain"}`: resume, then report `pending()`.
  */
 import { writeSync } from 'node:fs'
 import { createInterface } from 'node:readline'
@@ -26,6 +27,7 @@ type Command =
   | { type: 'request'; intent: string; body: PaymentBody }
   | { type: 'probe'; intent: string; kind: 'changed-payload' | 'reordered'; key: string; body: PaymentBody }
   | { type: 'resume' }
+  | { type: 'heal' }
   | { type: 'drain' }
 
 const env = workerEnv(process.env)
@@ -37,8 +39,10 @@ function emit(event: ReportedEvent | { type: 'ready' }): void {
   writeSync(1, `${JSON.stringify(event)}\n`)
 }
 
+let healed = false
+
 function maybeCrash(point: (typeof WORKER_CRASH_POINTS)[number]): void {
-  if (!env.crashAt.has(point) || !random.chance(env.crashRate)) return
+  if (healed || !env.crashAt.has(point) || !random.chance(env.crashRate)) return
   emit({ type: 'fault', fault: `kill-worker-${point}`, target: env.name, phase: 'once' })
   process.kill(process.pid, 'SIGKILL')
 }
@@ -58,6 +62,8 @@ function crashingStore(inner: IntentStore): IntentStore {
 
 const crashingFetch: typeof fetch = async (input, init) => {
   const sent = fetch(input, init)
+  // The request may fail while we wait below; without a handler that is an unhandled rejection killing the worker.
+  sent.catch(() => {})
   if (env.crashAt.has('after-send')) {
     await new Promise((resolve) => setTimeout(resolve, 5)) // let the request bytes leave
     maybeCrash('after-send')
@@ -171,6 +177,9 @@ async function handle(command: Command): Promise<void> {
       return probe(command)
     case 'resume':
       return resume()
+    case 'heal':
+      healed = true
+      return
     case 'drain': {
       await resume()
       const pending = (await client.pending()).map((intent) => intent.id)

@@ -88,6 +88,38 @@ describe('ManagedProcess', () => {
     expect(readFileSync(p.logFile, 'utf8').match(/start #\d/g)).toEqual(['start #1', 'start #2'])
   })
 
+  it('evaluates an env function at every start, so each incarnation can differ', async () => {
+    let n = 0
+    const lines: string[] = []
+    const p = managed('env', "console.log('incarnation ' + process.env.N); setInterval(() => {}, 1000)", {
+      ready: { line: /incarnation/ },
+      env: () => ({ N: String(++n) }),
+      onLine: (line) => lines.push(line),
+    })
+    await p.start()
+    await p.kill()
+    await p.start()
+    expect(lines).toEqual(['incarnation 1', 'incarnation 2'])
+  })
+
+  it('a start that fails because its incarnation was killed does not kill the next incarnation', async () => {
+    let n = 0
+    const p = managed('race', "console.log('ready ' + process.env.N); setInterval(() => {}, 1000)", {
+      ready: { line: /ready 2/ },
+      env: () => ({ N: String(++n) }),
+    })
+    const first = p.start().then(
+      () => 'ready',
+      (error: Error) => error.message,
+    )
+    await sleep(200)
+    await p.kill()
+    await p.start()
+    expect(await first).toMatch(/exited \(code null\) before ready/)
+    await sleep(100)
+    expect(p.running).toBe(true)
+  })
+
   it('stops gracefully with SIGTERM when the process honours it', async () => {
     const script =
       "process.on('SIGTERM', () => { console.log('bye'); process.exit(0) }); console.log('up'); setInterval(() => {}, 1000)"
