@@ -1,4 +1,10 @@
 import { defineConfig, mergeConfig } from 'vitest/config'
 import shared from '../../vitest.shared.ts'
 
-export default mergeConfig(shared, defineConfig({ test: { include: ['test/**/*.test.ts'] } }))
+// Node project. The real-Chromium project is vitest.browser.config.ts (run by scripts/browser-tests.mjs).
+export default mergeConfig(
+  shared,
+  defineConfig({
+    test: { include: ['test/**/*.test.ts'], exclude: ['test/browser/**', '**/node_modules/**'] },
+  }),
+)

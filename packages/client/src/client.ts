@@ -73,6 +73,9 @@ export interface OncelyClient {
 
 const SECRET_HEADERS = new Set(['authorization', 'cookie', 'proxy-authorization'])
 
+// A run's result: the response, or why this tab did not drive the intent.
+type Driven = OncelyResponse | { skipped: 'busy' | 'not-pending' }
+
 /**
  * Creates a client. Nothing touches the network, storage or browser globals until it is used.
  *
@@ -101,13 +104,18 @@ export function createClient(options: ClientOptions): OncelyClient {
     headers: options.headers,
   }
   // Runs of this process, by intent id: a second call for the same intent joins the first.
-  const inflight = new Map<string, Promise<OncelyResponse>>()
+  const inflight = new Map<string, { request: IntentRecord | undefined; promise: Promise<Driven> }>()
 
-  const track = (id: string, run: () => Promise<OncelyResponse>): Promise<OncelyResponse> => {
+  const track = (id: string, request: IntentRecord | undefined, run: () => Promise<Driven>) => {
     const existing = inflight.get(id)
-    if (existing) return existing
+    if (existing) {
+      if (request && existing.request && !sameRequest(existing.request, request)) {
+        return Promise.reject(reusedLocally(existing.request))
+      }
+      return existing.promise
+    }
     const promise = run().finally(() => inflight.delete(id))
-    inflight.set(id, promise)
+    inflight.set(id, { request, promise })
     return promise
   }
 
@@ -117,7 +125,7 @@ export function createClient(options: ClientOptions): OncelyClient {
     transient: Record<string, string>,
     signal: AbortSignal | undefined,
     wait: boolean,
-  ): Promise<OncelyResponse | { skipped: 'busy' | 'not-pending' }> => {
+  ): Promise<Driven> => {
     const run = async () => {
       const record = await store.get(id)
       if (!record) return { skipped: 'not-pending' as const }
@@ -165,7 +173,7 @@ export function createClient(options: ClientOptions): OncelyClient {
       version: 1,
       state: 'pending',
     }
-    return track(record.id, async () => {
+    const run = async (): Promise<Driven> => {
       if (req.intentId !== undefined) {
         const existing = await store.get(record.id)
         const live =
@@ -185,7 +193,12 @@ export function createClient(options: ClientOptions): OncelyClient {
       if ('skipped' in result)
         throw new StorageError(`Intent ${record.id} vanished from the store before it was sent`)
       return result
-    })
+    }
+    for (;;) {
+      const result = await track(record.id, record, run)
+      if (!('skipped' in result)) return result
+      // We joined a resume() that another tab pre-empted; now drive (or wait for) it ourselves.
+    }
   }
 
   let resuming: Promise<ResumeOutcome[]> | undefined
@@ -202,20 +215,12 @@ export function createClient(options: ClientOptions): OncelyClient {
           if (record.state === 'expired') return undefined
           const base = { id: record.id, key: record.key }
           try {
-            const joined = inflight.get(record.id)
-            if (joined) return { ...base, outcome: 'settled', response: await joined }
-            let skipped: 'busy' | 'not-pending' | undefined
-            const response = await track(record.id, async () => {
-              const result = await driveStored(record.id, {}, undefined, false)
-              if ('skipped' in result) {
-                skipped = result.skipped
-                return undefined as never
-              }
-              return result
-            })
-            return skipped
-              ? { ...base, outcome: 'skipped', reason: skipped }
-              : { ...base, outcome: 'settled', response }
+            const result = await track(record.id, undefined, () =>
+              driveStored(record.id, {}, undefined, false),
+            )
+            return 'skipped' in result
+              ? { ...base, outcome: 'skipped', reason: result.skipped }
+              : { ...base, outcome: 'settled', response: result }
           } catch (error) {
             return { ...base, outcome: 'failed', error }
           }

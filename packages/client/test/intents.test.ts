@@ -140,8 +140,13 @@ describe('intentId', () => {
     expect(second).toMatchObject({ replayed: true, data: first.data })
   })
 
-  it('refuses the same intentId with a different body, without sending', async () => {
+  it('refuses the same intentId with a different body, while in flight or settled, without sending', async () => {
     const client = make()
+    const inFlight = client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'x' })
+    await expect(
+      client.request({ path: '/v1/payments', json: { amount: 9 }, intentId: 'x' }),
+    ).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    await inFlight
     await client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'x' })
     await expect(
       client.request({ path: '/v1/payments', json: { amount: 6 }, intentId: 'x' }),
