@@ -1,0 +1,61 @@
+import { readdirSync, readFileSync } from 'node:fs'
+import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, migrate, migrations, postgresStore, renderMigrations } from '../src/index.js'
+import { MIGRATION_TEMPLATES } from '../src/store/migration-sql.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase('migrations')
+})
+afterAll(() => db.drop())
+
+const dir = new URL('../migrations/', import.meta.url)
+
+describe('migrations', () => {
+  it('embeds exactly the numbered .sql files (so built and bundled copies need no file system)', () => {
+    const files = readdirSync(dir)
+      .filter((name) => name.endsWith('.sql'))
+      .sort()
+    expect(files.map((name) => name.replace(/\.sql$/, ''))).toEqual(MIGRATION_TEMPLATES.map((m) => m.name))
+    MIGRATION_TEMPLATES.forEach((m, i) => {
+      expect(m.id).toBe(i + 1)
+      expect(m.name.startsWith(String(m.id).padStart(3, '0'))).toBe(true)
+      expect(readFileSync(new URL(`${m.name}.sql`, dir), 'utf8')).toBe(m.sql)
+    })
+  })
+
+  it('exports rendered SQL for other migration tools', () => {
+    expect(migrations[0]?.sql).toContain('CREATE TABLE IF NOT EXISTS "oncely"."idempotency_keys"')
+    const custom = renderMigrations({ schema: 'billing', table: 'keys"x' })
+    expect(custom[0]?.sql).toContain('"billing"."keys""x"')
+    expect(custom[0]?.sql).not.toContain('{{')
+  })
+
+  it('applies once when several instances migrate at the same moment', async () => {
+    const results = await Promise.all(Array.from({ length: 5 }, () => migrate(db.pool, { schema: 'multi' })))
+    expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1)
+    expect((await migrate(db.pool, { schema: 'multi' })).applied).toEqual([])
+    const { rows } = await db.pool.query(
+      'SELECT table_name, id, name FROM multi.oncely_migrations ORDER BY id',
+    )
+    expect(rows).toEqual(migrations.map((m) => ({ table_name: 'idempotency_keys', id: m.id, name: m.name })))
+  })
+
+  it('supports a custom schema and table end to end', async () => {
+    await migrate(db.pool, { schema: 'Weird Schema', table: 'keys' })
+    const engine = createEngine({
+      store: postgresStore({ pool: db.pool, schema: 'Weird Schema', table: 'keys' }),
+    })
+    const outcome = await engine.execute({
+      scope: 's',
+      operation: 'o',
+      key: 'k',
+      fingerprint: 'f',
+      handler: async () => ({ status: 201, body: 'ok' }),
+    })
+    expect(outcome.kind).toBe('executed')
+    const { rows } = await db.pool.query(`SELECT status FROM "Weird Schema".keys`)
+    expect(rows).toEqual([{ status: 'succeeded' }])
+  })
+})
