@@ -1,7 +1,7 @@
 import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { ExecuteInput, Outcome } from '../../src/index.js'
-import { type AbandonedIntent, createCompleter, steps } from '../../src/steps/index.js'
+import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
+import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
 import { engineFor, freshKey, setupDatabase, sleep } from '../helpers.js'
 
 let db: TestDatabase
@@ -41,9 +41,9 @@ function paymentFlow(
   let crashedInside = false
   const write = (tx: { query: (q: string, v: unknown[]) => Promise<unknown> }, step: string) =>
     tx.query('INSERT INTO step_writes VALUES ($1, $2)', [key, step])
-  const step = (name: string, field: keyof State) => ({
+  const step = (name: string, field: keyof State): Step<State> => ({
     name,
-    run: async ({ tx, stepKey }: { tx: never; stepKey: string }) => {
+    run: async ({ tx, stepKey }) => {
       if (opts.declineAt === name) throw new Declined('card declined')
       const id = await provider.call(name, stepKey)
       await write(tx, name)
@@ -53,7 +53,7 @@ function paymentFlow(
       }
       return { [field]: id } as Partial<State>
     },
-    compensate: async ({ stepKey }: { stepKey: string }) => {
+    compensate: async ({ stepKey }) => {
       await provider.call(`undo_${name}`, stepKey)
       opts.compensated?.push(name)
     },
@@ -78,14 +78,19 @@ function paymentFlow(
 }
 
 async function writesOf(key: string) {
-  const { rows } = await db.pool.query('SELECT step, count(*)::int AS n FROM step_writes WHERE key = $1 GROUP BY step ORDER BY step', [key])
+  const { rows } = await db.pool.query(
+    'SELECT step, count(*)::int AS n FROM step_writes WHERE key = $1 GROUP BY step ORDER BY step',
+    [key],
+  )
   return Object.fromEntries(rows.map((r) => [r.step, r.n]))
 }
 
 async function untilDone(run: () => Promise<Outcome>): Promise<Outcome[]> {
   const outcomes: Outcome[] = []
   for (let i = 0; i < 5; i++) {
-    const outcome = await run().catch((error) => ({ kind: 'retryable_failure', reason: 'error', error }) as Outcome)
+    const outcome = await run().catch(
+      (error) => ({ kind: 'retryable_failure', reason: 'error', error }) as Outcome,
+    )
     outcomes.push(outcome)
     if (outcome.kind === 'executed') break
   }
@@ -162,11 +167,17 @@ describe('steps with recovery points', () => {
     const provider = fakeProvider()
     const key = freshKey()
     const handler = paymentFlow(provider, key)
-    const input: ExecuteInput = { scope: freshKey('scope'), operation: 'POST /pay', key, fingerprint: 'f', handler }
+    const input: ExecuteInput = {
+      scope: freshKey('scope'),
+      operation: 'POST /pay',
+      key,
+      fingerprint: 'f',
+      handler,
+    }
     await expect(engine.execute(input)).rejects.toThrow('SIGKILL')
     const found: AbandonedIntent[] = []
     const completer = createCompleter({
-      store: { kind: 'postgres', pool: db.pool, names: (await import('../../src/store/identifiers.js')).tableNames('oncely', 'idempotency_keys') },
+      store: postgresStore({ pool: db.pool }),
       graceMs: 100,
       redrive: async (intent) => {
         if (intent.scope !== input.scope) return
@@ -180,16 +191,26 @@ describe('steps with recovery points', () => {
     expect(found).toEqual([]) // the lease has not run out plus the grace period yet
     await sleep(400)
     await completer.runOnce()
-    expect(found).toMatchObject([{ key, status: 'in_progress', attempts: 1, steps: { step: 'ship', state: { amount: 100 } } }])
+    expect(found).toMatchObject([
+      { key, status: 'in_progress', attempts: 1, steps: { step: 'ship', state: { amount: 100 } } },
+    ])
     expect([...provider.calls.values()]).toEqual([1, 1, 1])
     expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
   })
 
   it('names the bad option', () => {
-    expect(() => steps({ pool: db.pool, steps: [{ name: 'a', run: () => undefined }, { name: 'a', run: () => undefined }], finish: () => ({}) })).toThrow('unique')
+    expect(() =>
+      steps({
+        pool: db.pool,
+        steps: [
+          { name: 'a', run: () => undefined },
+          { name: 'a', run: () => undefined },
+        ],
+        finish: () => ({}),
+      }),
+    ).toThrow('unique')
     expect(() => createCompleter({ store: {} as never, redrive: async () => {} })).toThrow('Expected `store`')
   })
 })
 
-import { stepKeyFor } from '../../src/index.js'
 const engineStepKey = (key: string, step: string) => stepKeyFor('t', 'POST /pay', key, step)

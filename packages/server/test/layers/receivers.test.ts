@@ -1,0 +1,139 @@
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createInbox } from '../../src/inbox/index.js'
+import { createJobs } from '../../src/jobs/index.js'
+import { createWebhookReceiver, signPayload, webhookStatus } from '../../src/webhooks/index.js'
+import { engineFor, freshKey, setupDatabase } from '../helpers.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await setupDatabase('receivers')
+  await db.pool.query('CREATE TABLE effects (source text NOT NULL, id text NOT NULL)')
+})
+afterAll(() => db.drop())
+
+async function effects(source: string, id: string): Promise<number> {
+  const { rows } = await db.pool.query(
+    'SELECT count(*)::int AS n FROM effects WHERE source = $1 AND id = $2',
+    [source, id],
+  )
+  return rows[0].n
+}
+
+describe('inbox', () => {
+  it('a consumer that crashes before commit leaves no effect; the redelivery runs once; later ones are no-ops', async () => {
+    const { engine } = engineFor(db.pool)
+    const inbox = createInbox({ engine, consumer: 'billing' })
+    const messageId = freshKey('msg')
+    let crash = true
+    const handler = async ({ tx }: { tx: import('pg').PoolClient }) => {
+      await tx.query("INSERT INTO effects VALUES ('inbox', $1)", [messageId])
+      if (crash) throw new Error('killed between effect and commit')
+      return { invoice: 7 }
+    }
+    const deliver = () => inbox.consume({ messageId, topic: 'orders.created', payload: '{"a":1}', handler })
+    expect(await deliver()).toMatchObject({ kind: 'failed', retryAfterMs: 1_000 })
+    expect(await effects('inbox', messageId)).toBe(0)
+    crash = false
+    const results = await Promise.all([deliver(), deliver(), deliver()])
+    expect(results.filter((r) => r.kind === 'processed')).toEqual([
+      { kind: 'processed', result: { invoice: 7 } },
+    ])
+    expect(await deliver()).toEqual({ kind: 'duplicate', result: { invoice: 7 } })
+    expect(await effects('inbox', messageId)).toBe(1)
+    expect(
+      (await inbox.consume({ messageId, topic: 'orders.created', payload: '{"a":2}', handler })).kind,
+    ).toBe('mismatch')
+    const other = createInbox({ engine, consumer: 'shipping' })
+    expect(
+      (await other.consume({ messageId, topic: 'orders.created', payload: '{"a":1}', handler })).kind,
+    ).toBe('processed')
+  })
+
+  it('stores a permanent failure once and answers it to every redelivery', async () => {
+    const { engine } = engineFor(db.pool)
+    const inbox = createInbox({ engine, consumer: 'billing', classify: () => 'permanent' })
+    let runs = 0
+    const handler = async () => {
+      runs++
+      throw new TypeError('unknown order')
+    }
+    const messageId = freshKey('msg')
+    expect(await inbox.consume({ messageId, handler })).toEqual({
+      kind: 'rejected',
+      error: { name: 'TypeError', message: 'unknown order' },
+    })
+    expect((await inbox.consume({ messageId, handler })).kind).toBe('rejected')
+    expect(runs).toBe(1)
+  })
+
+  it('keeps message ids for 7 days by default', async () => {
+    const { engine } = engineFor(db.pool)
+    const messageId = freshKey('msg')
+    await createInbox({ engine, consumer: 'ttl' }).consume({ messageId, handler: async () => null })
+    const { rows } = await db.pool.query(
+      "SELECT round(extract(epoch FROM expires_at - created_at) / 86400) AS days FROM oncely.idempotency_keys WHERE scope = 'ttl' AND key = $1",
+      [messageId],
+    )
+    expect(Number(rows[0].days)).toBe(7)
+    expect(() => createInbox({ engine, consumer: '' })).toThrow('Expected `consumer`')
+  })
+})
+
+describe('webhook receiver', () => {
+  const secret = 'whsec_receiver'
+  const delivery = (event: object, sign = secret) => {
+    const rawBody = Buffer.from(JSON.stringify(event))
+    return { rawBody, headers: { 'oncely-signature': signPayload(rawBody, { secret: sign }) } }
+  }
+
+  it('verifies the signature before any database work, then runs once per provider event id', async () => {
+    const { engine, events } = engineFor(db.pool)
+    const receiver = createWebhookReceiver({ engine, provider: 'partner', secret })
+    const id = freshKey('evt')
+    const handler = async (event: unknown, { tx }: { tx: import('pg').PoolClient }) => {
+      await tx.query("INSERT INTO effects VALUES ('webhook', $1)", [(event as { id: string }).id])
+    }
+    const forged = await receiver.receive({ ...delivery({ id }, 'wrong secret'), handler })
+    expect(forged).toEqual({ kind: 'invalid_signature' })
+    expect(webhookStatus(forged)).toBe(401)
+    expect(events).toEqual([])
+    // Providers resend the same event with changed fields (attempt counters) and a new signature: still one effect.
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, attempt) => receiver.receive({ ...delivery({ id, attempt }), handler })),
+    )
+    expect(results.filter((r) => r.kind === 'processed')).toHaveLength(1)
+    expect(results.every((r) => ['processed', 'duplicate', 'busy'].includes(r.kind))).toBe(true)
+    expect(webhookStatus(await receiver.receive({ ...delivery({ id }), handler }))).toBe(200)
+    expect(await effects('webhook', id)).toBe(1)
+    expect(await receiver.receive({ ...delivery({ noId: true }), handler })).toMatchObject({
+      kind: 'invalid_payload',
+    })
+  })
+})
+
+describe('scheduled jobs', () => {
+  it('runs each occurrence (job id + scheduled time) once across concurrent triggers', async () => {
+    const { engine } = engineFor(db.pool)
+    const jobs = createJobs({ engine })
+    const jobId = freshKey('nightly')
+    const run = (scheduledFor: Date) =>
+      jobs.runOnce({
+        jobId,
+        scheduledFor,
+        handler: async ({ tx }) => {
+          await tx.query("INSERT INTO effects VALUES ('job', $1)", [`${jobId}@${scheduledFor.toISOString()}`])
+          return { at: scheduledFor.toISOString() }
+        },
+      })
+    const monday = new Date('2026-01-05T02:00:00Z')
+    const results = await Promise.all([run(monday), run(monday), run(monday)])
+    expect(results.filter((r) => r.kind === 'processed')).toHaveLength(1)
+    expect(await run(monday)).toEqual({ kind: 'duplicate', result: { at: monday.toISOString() } })
+    expect((await run(new Date('2026-01-06T02:00:00Z'))).kind).toBe('processed')
+    expect(await effects('job', `${jobId}@${monday.toISOString()}`)).toBe(1)
+    expect(() => jobs.runOnce({ jobId, scheduledFor: new Date('nope'), handler: async () => 1 })).toThrow(
+      'scheduledFor',
+    )
+  })
+})
