@@ -1,0 +1,56 @@
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { describe, expect, it } from 'vitest'
+
+const fixture = (name: string) => fileURLToPath(new URL(`fixtures/${name}`, import.meta.url))
+
+/** Imports `entries` in a fresh Node process and returns every specifier it resolved. */
+function specifiersLoadedBy(entries: string[]): string[] {
+  const dir = mkdtempSync(join(tmpdir(), 'oncely-imports-'))
+  const log = join(dir, 'imports.log')
+  try {
+    const register = `import { register } from 'node:module'; register(${JSON.stringify(new URL(`file://${fixture('record-imports.mjs')}`).href)})`
+    const result = spawnSync(
+      process.execPath,
+      [
+        '--conditions=@oncely/source',
+        '--import',
+        `data:text/javascript,${encodeURIComponent(register)}`,
+        '--import',
+        'tsx',
+        fixture('import-entries.ts'),
+        ...entries,
+      ],
+      {
+        env: { ...process.env, IMPORT_LOG: log },
+        encoding: 'utf8',
+        cwd: fileURLToPath(new URL('../..', import.meta.url)),
+      },
+    )
+    expect(result.status, result.stderr).toBe(0)
+    return readFileSync(log, 'utf8').trim().split('\n')
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
+
+describe('optional dependencies stay behind their subpath', () => {
+  it('the main entry and the Postgres-only layers load neither ioredis nor @nats-io', () => {
+    const entries = [
+      '@oncely/server',
+      ...['outbox', 'inbox', 'steps', 'webhooks', 'jobs', 'redis'].map((s) => `@oncely/server/${s}`),
+    ]
+    const loaded = specifiersLoadedBy(entries)
+    expect(loaded).toContain('@oncely/server/outbox') // the hook saw the imports
+    expect(loaded.filter(optional)).toEqual([])
+  })
+
+  it('the nats subpath does load @nats-io (so the check above can fail)', () => {
+    expect(specifiersLoadedBy(['@oncely/server/nats']).filter(optional)).toContain('@nats-io/transport-node')
+  })
+})
