@@ -81,8 +81,7 @@ export function registerPaymentRoutes(app: FastifyInstance, options: PaymentRout
   app.post<{ Body: PaymentBody }>(
     '/v1/payments',
     { schema: { body: paymentBodySchema }, config: execution.routeConfig },
-    // The work never returns `reply`: a Fastify reply is a thenable that settles when the response is finished, and
-    // the idempotency adapter holds the response until the engine committed, so awaiting it would deadlock.
+    // The work resolves with the payment to send, or with undefined once it has sent a problem itself.
     async (request, reply) =>
       execution.run(request, async ({ tx, key, stepKey }): Promise<Payment | undefined> => {
         const { amount, currency } = request.body
