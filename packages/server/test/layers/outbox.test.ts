@@ -260,7 +260,7 @@ describe('webhook publisher', () => {
         { ok: true, id },
       ])
       expect(events.map((e) => e.type).filter((type) => type !== 'error')).toEqual(['failed', 'published'])
-      expect(verifySignature('{}', 't=1,v1=' + '0'.repeat(64), { secret })).toBe(false)
+      expect(verifySignature('{}', `t=1,v1=${'0'.repeat(64)}`, { secret })).toBe(false)
     } finally {
       server.close()
     }
