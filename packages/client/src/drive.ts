@@ -3,11 +3,12 @@ import pRetry, { AbortError } from 'p-retry'
 import { type RetryPolicy, retryDelay } from './backoff.js'
 import { RETRY_STATUSES } from './classify.js'
 import type { Emitter } from './emitter.js'
-import { isHTTPError } from './errors/http-error.js'
+import { type HTTPError, isHTTPError } from './errors/http-error.js'
 import { IntentExpiredError } from './errors/intent-expired-error.js'
+import { isNetworkError } from './errors/network-error.js'
 import { RetryExhaustedError } from './errors/retry-exhausted-error.js'
 import type { ClientEvents } from './events.js'
-import type { IntentRecord } from './intent.js'
+import type { IntentRecord, StoredResponse } from './intent.js'
 import { httpErrorFor, isReplayed, type OncelyResponse, parseData, storableResponse } from './response.js'
 import { type RawResponse, sendAttempt } from './send.js'
 import type { IntentStore } from './store.js'
@@ -56,42 +57,43 @@ export async function drive(
   }
 
   try {
+    const attempt = async (): Promise<RawResponse> => {
+      if (ctx.timers.now() >= record.expiresAt) halt(await expire(ctx, record, save))
+      await save({ attempts: record.attempts + 1 })
+      ctx.events.emit('attempt', {
+        id: record.id,
+        key: record.key,
+        attempt: record.attempts,
+        method: record.method,
+        url: record.url,
+      })
+      const headers = {
+        ...record.headers,
+        ...transient,
+        ...(ctx.headers ? await ctx.headers() : {}),
+        [IDEMPOTENCY_KEY_HEADER]: record.key,
+        [ATTEMPT_HEADER]: String(record.attempts),
+      }
+      const response = await sendAttempt(record, headers, {
+        fetch: ctx.fetch,
+        timeoutMs: ctx.timeoutMs,
+        signal,
+        timers: ctx.timers,
+      })
+      if (response.status < 400) return response
+      lastResponse = response
+      const error = httpErrorFor(response.status, response.headers, response.text)
+      if (!RETRY_STATUSES.has(response.status)) return halt(error)
+      throw error
+    }
     const raw = await pRetry(
-      async () => {
-        if (ctx.timers.now() >= record.expiresAt) halt(await expire(ctx, record, save))
-        await save({ attempts: record.attempts + 1 })
-        ctx.events.emit('attempt', {
-          id: record.id,
-          key: record.key,
-          attempt: record.attempts,
-          method: record.method,
-          url: record.url,
-        })
-        const headers = {
-          ...record.headers,
-          ...transient,
-          ...(ctx.headers ? await ctx.headers() : {}),
-          [IDEMPOTENCY_KEY_HEADER]: record.key,
-          [ATTEMPT_HEADER]: String(record.attempts),
-        }
-        let response: RawResponse
-        try {
-          response = await sendAttempt(record, headers, {
-            fetch: ctx.fetch,
-            timeoutMs: ctx.timeoutMs,
-            signal,
-            timers: ctx.timers,
-          })
-        } catch (error) {
-          if (error instanceof Error && error.name === 'NetworkError') throw error
+      // Only a network error or a retryable status is retried; anything else (the store failing, the `headers`
+      // option throwing, an abort, a final status) ends the run.
+      () =>
+        attempt().catch((error: unknown) => {
+          if (error instanceof AbortError || isNetworkError(error) || isHTTPError(error)) throw error
           return halt(error)
-        }
-        if (response.status < 400) return response
-        const error = httpErrorFor(response.status, response.headers, response.text)
-        if (!RETRY_STATUSES.has(response.status)) return halt(error)
-        lastResponse = response
-        throw error
-      },
+        }),
       {
         retries: ctx.retry.limit,
         minTimeout: 0,
@@ -140,9 +142,12 @@ export async function drive(
       ctx.events.emit('failed', { id: record.id, key: record.key, error, pending: true })
       throw error
     }
-    if (stop) {
-      // A final answer (a 4xx, or a request the runtime refuses to send): resending cannot help.
-      await fail(ctx, record, save, error)
+    if (isHTTPError(error) && lastResponse) {
+      // A final answer: resending cannot help.
+      await fail(ctx, record, save, error, lastResponse)
+    } else {
+      // The store, the `headers` option or the runtime failed: keep the intent, so no acknowledged work is lost.
+      ctx.events.emit('failed', { id: record.id, key: record.key, error: asError(error), pending: true })
     }
     throw error
   }
@@ -178,17 +183,12 @@ async function fail(
   ctx: DriveContext,
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
-  error: unknown,
+  error: HTTPError,
+  raw: RawResponse,
 ): Promise<void> {
-  const outcome = isHTTPError(error)
-    ? storableResponse(
-        error.status,
-        error.headers,
-        typeof error.data === 'string' ? error.data : JSON.stringify(error.data ?? ''),
-      )
-    : undefined
+  const outcome = storableResponse(raw.status, raw.headers, raw.text)
   await finish(ctx, record, save, 'failed', outcome, summarize(error))
-  ctx.events.emit('failed', { id: record.id, key: record.key, error: asError(error), pending: false })
+  ctx.events.emit('failed', { id: record.id, key: record.key, error, pending: false })
 }
 
 // One-off intents (id === key) cannot be asked for again, so they are deleted; named intents keep their outcome
@@ -198,10 +198,10 @@ async function finish(
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
   state: 'settled' | 'failed',
-  outcome: IntentRecord['outcome'],
+  outcome: StoredResponse,
   lastError?: IntentRecord['lastError'],
 ): Promise<void> {
-  if (record.id === record.key || ctx.settledTtlMs === 0 || !outcome) {
+  if (record.id === record.key || ctx.settledTtlMs === 0) {
     await ctx.store.delete(record.id)
     return
   }

@@ -3,6 +3,7 @@ import { setupServer } from 'msw/node'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
 import {
   createClient,
+  HTTPError,
   IdempotencyKeyReusedError,
   type IntentRecord,
   type IntentStore,
@@ -103,7 +104,72 @@ describe('write-ahead', () => {
   })
 })
 
+describe('failures that are not answers', () => {
+  it('keeps the intent pending when the headers option throws, and sends nothing', async () => {
+    const client = make({
+      headers: () => {
+        throw new Error('token refresh failed')
+      },
+    })
+    await expect(client.request({ path: '/v1/payments', json: {} })).rejects.toThrow('token refresh failed')
+    expect(seen).toHaveLength(0)
+    expect(await client.pending()).toMatchObject([{ state: 'pending', attempts: 1 }])
+  })
+
+  it('stops at once (no retry) when the store fails between attempts', async () => {
+    const inner = memoryStore()
+    let writes = 0
+    const store: IntentStore = {
+      ...inner,
+      async set(record) {
+        if (++writes > 3) throw new QuotaExceededError('full')
+        await inner.set(record)
+      },
+    }
+    server.use(http.post(`${BASE}/v1/flaky`, () => new HttpResponse(null, { status: 503 })))
+    const client = make({ store, retry: { minDelayMs: 1 } })
+    await expect(client.request({ path: '/v1/flaky', json: {} })).rejects.toBeInstanceOf(QuotaExceededError)
+    expect(writes).toBe(4) // write-ahead, attempt 1, its error, then the failing write of attempt 2
+  })
+})
+
 describe('intentId', () => {
+  it('returns a stored 4xx as the same error for the same intentId, without sending again', async () => {
+    server.use(
+      http.post(`${BASE}/v1/declined`, () =>
+        HttpResponse.json({ title: 'Card declined', status: 402, code: 'card_declined' }, { status: 402 }),
+      ),
+    )
+    const client = make()
+    const call = () => client.request({ path: '/v1/declined', json: { amount: 5 }, intentId: 'order:9' })
+    const first = await call().catch((e) => e)
+    const second = await call().catch((e) => e)
+    expect(first).toBeInstanceOf(HTTPError)
+    expect(second).toBeInstanceOf(HTTPError)
+    expect(second).toMatchObject({ status: 402, problem: { code: 'card_declined' } })
+  })
+
+  it('resumes intents left by a previous run when created with resumeOnStart', async () => {
+    const store = memoryStore()
+    await store.set({
+      format: 1,
+      id: 'left-over',
+      key: 'left-over-key',
+      method: 'POST',
+      url: `${BASE}/v1/payments`,
+      headers: {},
+      createdAt: Date.now(),
+      expiresAt: Date.now() + 60_000,
+      attempts: 2,
+      version: 4,
+      state: 'pending',
+    })
+    const client = make({ store, resumeOnStart: true })
+    const settled = await new Promise((resolve) => client.on('settled', resolve))
+    expect(settled).toMatchObject({ id: 'left-over', key: 'left-over-key', attempts: 3 })
+    expect(seen.map((s) => [s.key, s.headers.get('oncely-attempt')])).toEqual([['left-over-key', '3']])
+  })
+
   it('derives the same key from the same business fact, and another for another target', () => {
     const a = deriveKey('checkout:cart_42', 'POST', `${BASE}/v1/payments`)
     expect(deriveKey('checkout:cart_42', 'POST', `${BASE}/v1/payments`)).toBe(a)
