@@ -1,7 +1,8 @@
 /**
  * The nemesis: process-level faults on a seeded schedule, during the fault phase. Network faults run continuously
  * in the proxies (rates drawn from the seed) and crash points fire inside the processes; this loop adds what
- * needs the driver: pausing a server past its lease (the fencing case) and killing database connections.
+ * needs the driver: pausing a server past its lease (the fencing case), killing database connections and
+ * restarting Postgres.
  */
 import type { FaultKind } from './faults.js'
 import type { Random } from './random.js'
@@ -11,6 +12,8 @@ export interface NemesisActions {
   pauseServer(ms: number): Promise<void>
   /** Terminate the API's database connections. */
   killDbConnections(): Promise<void>
+  /** Stop Postgres and start it again (only when the driver owns it). */
+  restartDb(): Promise<void>
 }
 
 export interface NemesisOptions {
@@ -25,7 +28,9 @@ export interface NemesisOptions {
 
 /** Starts the schedule; `stop()` ends it and waits for the fault in progress to finish (a paused server resumes). */
 export function startNemesis(options: NemesisOptions): { stop(): Promise<void> } {
-  const kinds = options.faults.filter((f) => f === 'pause-server' || f === 'kill-db-connections')
+  const kinds = options.faults.filter(
+    (f) => f === 'pause-server' || f === 'kill-db-connections' || f === 'restart-db',
+  )
   const mean = options.meanIntervalMs ?? 4000
   let stopped = kinds.length === 0
   let wake: (() => void) | undefined
@@ -43,6 +48,7 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
       if (stopped) break
       const kind = queue.shift() ?? options.random.pick(kinds)
       if (kind === 'pause-server') await options.actions.pauseServer(options.pauseMs)
+      else if (kind === 'restart-db') await options.actions.restartDb()
       else await options.actions.killDbConnections()
     }
   })()

@@ -4,7 +4,7 @@
  * reports. docs/chaos.md describes the model.
  */
 import { spawn } from 'node:child_process'
-import { createWriteStream, mkdirSync } from 'node:fs'
+import { createWriteStream, mkdirSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -17,8 +17,9 @@ import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
 import { ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
-import { createRandom, type Random } from './random.js'
+import { createRandom } from './random.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
+import { crashRotation } from './rotation.js'
 import { readFinalDb } from './snapshot.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -45,8 +46,29 @@ export async function run(
   let healed = false
   let draining = false
 
-  const db = await createTestDatabase('chaos')
+  // Restarting Postgres needs a Postgres of our own; otherwise the shared one named by DATABASE_URL is used.
   const cleanup: Array<() => Promise<unknown>> = []
+  const sharedUrl = process.env.DATABASE_URL
+  let postgres: ManagedProcess | undefined
+  const pgdata = join(options.runDir, 'pgdata')
+  let passed = false
+  if (enabled.has('restart-db')) {
+    const port = await freePort()
+    postgres = new ManagedProcess({
+      name: 'postgres',
+      // --persistent: the data survives the restarts (and fsync stays on, as in production).
+      args: [join(ROOT, 'scripts/pg-server.mjs'), '--dir', pgdata, '--port', String(port), '--persistent'],
+      cwd: ROOT,
+      logDir,
+      ready: { line: /^READY / },
+      readyTimeoutMs: 120_000,
+    })
+    await postgres.start()
+    process.env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
+  }
+  const db = await createTestDatabase('chaos').finally(() => {
+    process.env.DATABASE_URL = sharedUrl
+  })
   try {
     const dbUrl = new URL(db.url)
     const dbProxy = await FaultProxy.start({
@@ -64,16 +86,16 @@ export async function run(
     // seed (the same seed would crash at the same request again) and the next crash point of a seeded rotation,
     // so each point is hit early in the run.
     const serverRandom = random.fork('servers')
-    const rotation = shuffle(
+    const armServer = crashRotation(
       serverRandom,
       SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`)),
+      { firstPass: SERVER_CRASH_POINTS.length * options.servers },
     )
-    let rotated = 0
     const crashEnv = (): Record<string, string> => {
-      if (healed || rotation.length === 0) return { ONCELY_CRASH_AT: '' }
-      const point = rotation[rotated++ % rotation.length]!
-      const rate = rotated <= rotation.length * options.servers ? 0.1 : 0.02
-      return { ONCELY_CRASH_AT: point, ONCELY_CRASH_RATE: String(rate) }
+      const armed = healed ? undefined : armServer()
+      return armed
+        ? { ONCELY_CRASH_AT: armed.point, ONCELY_CRASH_RATE: String(armed.rate) }
+        : { ONCELY_CRASH_AT: '' }
     }
     const servers: ManagedProcess[] = []
     const supervised = new Set<ManagedProcess>()
@@ -152,9 +174,20 @@ export async function run(
 
     // Client workers; one tenant each; restarted and resumed after a crash point kills them.
     const keys = new Map<string, string>()
+    const settled = new Set<string>()
     const drained = new Map<string, string[]>()
     const workerRandom = random.fork('workers')
-    const workerCrashAt = WORKER_CRASH_POINTS.filter((point) => enabled.has(`kill-worker-${point}`))
+    const armWorker = crashRotation(
+      workerRandom,
+      WORKER_CRASH_POINTS.filter((point) => enabled.has(`kill-worker-${point}`)),
+      { firstPass: WORKER_CRASH_POINTS.length * options.workers, firstRate: 0.05, laterRate: 0.01 },
+    )
+    const workerCrashEnv = (): Record<string, string> => {
+      const armed = healed ? undefined : armWorker()
+      return armed
+        ? { ONCELY_CHAOS_WORKER_CRASH_AT: armed.point, ONCELY_CHAOS_WORKER_CRASH_RATE: String(armed.rate) }
+        : { ONCELY_CHAOS_WORKER_CRASH_AT: '' }
+    }
     const workers: ManagedProcess[] = []
     for (let w = 0; w < options.workers; w++) {
       const name = `worker-${w + 1}`
@@ -171,8 +204,7 @@ export async function run(
           ONCELY_CHAOS_STORE_DIR: join(options.runDir, 'stores', name),
           ONCELY_CHAOS_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS),
           ONCELY_CHAOS_SEED: String(workerRandom.int(0, 0xffff_ffff)),
-          ONCELY_CHAOS_WORKER_CRASH_AT: healed ? '' : workerCrashAt.join(','),
-          ONCELY_CHAOS_WORKER_CRASH_RATE: String(0.01 + workerRandom.next() * 0.02),
+          ...workerCrashEnv(),
         }),
         onLine: (line, stream) => {
           if (stream !== 'stdout' || !line.startsWith('{')) return
@@ -181,6 +213,8 @@ export async function run(
           if (event.type === 'drain') drained.set(name, event.pending)
           if ((event.type === 'attempt' || event.type === 'intent') && event.key)
             keys.set(event.intent, event.key)
+          if (event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'))
+            settled.add(event.intent)
           record(name, event)
         },
         onExit: ({ code, signal, pid }) => {
@@ -221,6 +255,13 @@ export async function run(
           paused.delete(i)
           fault('nemesis', 'pause-server', server.name, 'stop')
         },
+        async restartDb() {
+          if (!postgres) return
+          fault('nemesis', 'restart-db', 'postgres', 'start')
+          await postgres.stop(30_000)
+          await postgres.start()
+          fault('nemesis', 'restart-db', 'postgres', 'stop')
+        },
         async killDbConnections() {
           const killed = await db.pool.query(
             'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
@@ -246,6 +287,7 @@ export async function run(
     await dispatch(plan, {
       spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
       keys,
+      settled,
       send: (intent, command) => workers[intent.worker]!.send(JSON.stringify(command)),
       probeSent: (intent, kind) => fault('generator', kind, intent.id),
     })
@@ -294,25 +336,34 @@ export async function run(
     })
     writeReport(options.report, report)
     if (!report.valid) await dump(db.url, join(options.runDir, 'dump.sql'), log)
+    passed = report.valid
     return report
   } finally {
     shuttingDown = true
     for (const fn of cleanup.reverse()) await fn().catch(() => {})
     history.close()
     await db.drop().catch(() => {})
+    await postgres?.dispose()
+    // A passing run keeps its history, logs and report; the cluster is only worth its space when a run failed.
+    if (postgres && passed) rmSync(pgdata, { recursive: true, force: true })
   }
 }
 
 type Command =
   | { type: 'request'; intent: string; body: PlannedIntent['body'] }
-  | { type: 'probe'; intent: string; kind: string; key: string; body: PlannedIntent['body'] }
+  | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
 
-/** Sends the plan in order, one every `spacingMs`; a probe waits (up to 20 turns) until its original's key is known. */
+/**
+ * Sends the plan in order, one every `spacingMs`. A probe waits (up to 40 turns) until its original has settled, so
+ * the key is already taken when it arrives: a probe that overtook its original would itself be the first use of
+ * the key, and the original would rightly be the one refused.
+ */
 async function dispatch(
   plan: PlannedIntent[],
   io: {
     spacingMs: number
     keys: ReadonlyMap<string, string>
+    settled: ReadonlySet<string>
     send(intent: PlannedIntent, command: Command): boolean
     probeSent(intent: PlannedIntent, kind: 'changed-payload' | 'reordered-payload'): void
   },
@@ -325,31 +376,23 @@ async function dispatch(
       // A worker being restarted cannot take it now; it goes to the back of the queue.
       if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(item)
     } else {
-      const key = io.keys.get(intent.of!)
+      const key = io.settled.has(intent.of!) ? io.keys.get(intent.of!) : undefined
       const command = {
         type: 'probe' as const,
         intent: intent.id,
+        of: intent.of!,
         kind: intent.kind,
         key: key!,
         body: intent.body,
       }
       if (key && io.send(intent, command)) {
         io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
-      } else if (++item.tries < 20) {
+      } else if (++item.tries < 40) {
         queue.push(item)
       }
     }
     await new Promise((r) => setTimeout(r, io.spacingMs))
   }
-}
-
-function shuffle<T>(random: Random, items: readonly T[]): T[] {
-  const out = [...items]
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = random.int(0, i)
-    ;[out[i], out[j]] = [out[j]!, out[i]!]
-  }
-  return out
 }
 
 async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {

@@ -25,7 +25,14 @@ import { workerEnv } from './worker-env.js'
 
 type Command =
   | { type: 'request'; intent: string; body: PaymentBody }
-  | { type: 'probe'; intent: string; kind: 'changed-payload' | 'reordered'; key: string; body: PaymentBody }
+  | {
+      type: 'probe'
+      intent: string
+      of: string
+      kind: 'changed-payload' | 'reordered'
+      key: string
+      body: PaymentBody
+    }
   | { type: 'resume' }
   | { type: 'heal' }
   | { type: 'drain' }
@@ -77,9 +84,10 @@ const crashingFetch: typeof fetch = async (input, init) => {
   return response
 }
 
+const store = fileStore({ dir: env.storeDir })
 const client = createClient({
   baseUrl: env.baseUrl,
-  store: crashingStore(fileStore({ dir: env.storeDir })),
+  store: crashingStore(store),
   headers: () => ({ authorization: `Bearer ${env.tenant}` }),
   fetch: crashingFetch,
   timeoutMs: env.timeoutMs,
@@ -131,8 +139,8 @@ async function request(intent: string, body: PaymentBody): Promise<void> {
 
 /** A raw same-key request: retried on 409, 503 and network errors until a definite answer or the budget ends. */
 async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void> {
-  const { intent, key, kind, body } = command
-  emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, body })
+  const { intent, of, key, kind, body } = command
+  emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, of, body })
   for (let attempt = 1; attempt <= 8; attempt++) {
     emit({ type: 'attempt', phase: 'invoke', intent, key, attempt })
     try {
@@ -147,7 +155,7 @@ async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void
         signal: AbortSignal.timeout(env.timeoutMs),
       })
       const text = await res.text()
-      const response = { status: res.status, body: text ? JSON.parse(text) : null }
+      const response = { status: res.status, body: text ? parseJson(text) : null }
       if (res.status !== 409 && res.status < 500) {
         const phase = res.status < 300 ? 'ok' : 'fail'
         emit({ type: 'intent', phase, intent, tenant: env.tenant, key, response })
@@ -188,6 +196,29 @@ async function handle(command: Command): Promise<void> {
   }
 }
 
+/**
+ * A previous incarnation may have settled an intent in the store and died before reporting it; `resume()` skips
+ * settled records, so their stored outcome is reported here (a repeat of an already reported outcome is harmless).
+ */
+async function reportStoredOutcomes(): Promise<void> {
+  for (const record of await store.list()) {
+    if ((record.state !== 'settled' && record.state !== 'failed') || !record.outcome) continue
+    const { status, text } = record.outcome
+    const response = { status, body: text ? parseJson(text) : null }
+    const phase = record.state === 'settled' ? 'ok' : 'fail'
+    emit({ type: 'intent', phase, intent: record.id, tenant: env.tenant, key: record.key, response })
+  }
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return text
+  }
+}
+
+await reportStoredOutcomes()
 createInterface({ input: process.stdin }).on('line', (line) => {
   if (line.trim() === '') return
   void handle(JSON.parse(line) as Command).catch((error) => {
