@@ -239,6 +239,46 @@ describe('6. in flight', () => {
     expect((await first).kind).toBe('executed')
   })
 
+  it('answers replays and 409s without waiting on a lock held on the key row (regression: ON CONFLICT DO UPDATE locked it)', async () => {
+    const { engine } = engineFor(db.pool)
+    const done = freshKey()
+    const busy = freshKey()
+    await engine.execute({ scope: 't6l', operation: op, key: done, fingerprint: 'f', handler: pay(done) })
+    const release = deferred()
+    const first = engine.execute({
+      scope: 't6l',
+      operation: op,
+      key: busy,
+      fingerprint: 'f',
+      handler: async () => {
+        await release.promise
+        return { status: 201 }
+      },
+    })
+    await sleep(50)
+    const locker = await db.pool.connect()
+    try {
+      await locker.query('BEGIN')
+      await locker.query(`SELECT 1 FROM oncely.idempotency_keys WHERE key IN ($1, $2) FOR UPDATE`, [
+        done,
+        busy,
+      ])
+      const answers = Promise.all([
+        engine.execute({ scope: 't6l', operation: op, key: done, fingerprint: 'f', handler: pay(done) }),
+        engine.execute({ scope: 't6l', operation: op, key: busy, fingerprint: 'f', handler: pay(busy) }),
+      ])
+      const result = await Promise.race([answers, sleep(3_000).then(() => 'blocked' as const)])
+      expect(result).not.toBe('blocked')
+      if (result === 'blocked') return
+      expect(result.map((o) => o.kind)).toEqual(['replayed', 'in_progress'])
+    } finally {
+      await locker.query('ROLLBACK')
+      locker.release()
+      release.resolve()
+      await first
+    }
+  })
+
   it('waits for the first attempt when asked, and returns its response', async () => {
     const { engine } = engineFor(db.pool)
     const key = freshKey()

@@ -75,13 +75,19 @@ export function createEngine(options: EngineOptions): Engine {
           q.reserve(names, id, input.fingerprint, token, leaseMs, retentionMs, headers),
         )
         reserved = result.rows[0]
-        if (!reserved) row = (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+        if (reserved && !reserved.reserved) {
+          // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
+          row =
+            reserved.status === null
+              ? (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+              : (reserved as q.LookupRow)
+        }
       } catch (error) {
         emit({ type: 'store_error', error, ...id })
         if (input.failOpen) return failOpen(input)
         return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
       }
-      if (reserved) return run(input, id, token, reserved)
+      if (reserved?.reserved) return run(input, id, token, reserved)
       const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
       if (row && !row.expired && row.fingerprint !== input.fingerprint) {
         emit({ type: 'mismatch', ...id })
@@ -114,9 +120,10 @@ export function createEngine(options: EngineOptions): Engine {
     token: string,
     reserved: q.ReserveRow,
   ): Promise<Outcome> {
-    const attempt = reserved.attempts
-    if (reserved.previous_expired) emit({ type: 'expired', ...id })
-    else if (reserved.previous_status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
+    const attempt = reserved.attempts ?? 1
+    // `status` and `expired` describe the row this reservation replaced (as the statement's snapshot saw it).
+    if (reserved.expired) emit({ type: 'expired', ...id })
+    else if (reserved.status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
     emit({ type: 'reserved', attempt, ...id })
     await hooks.afterReserve?.({ ...id, attempt })
 

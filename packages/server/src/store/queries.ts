@@ -14,12 +14,22 @@ export interface RecordId {
 }
 
 const PK = 'scope = $1 AND operation = $2 AND key = $3'
+const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
+  greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
+  response_status, response_headers, response_body`
+
 const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
 /**
  * The reservation, one atomic statement: insert the key, or take over a row that is expired, released after a
  * retryable failure, or whose lease ran out. A row with another fingerprint is only replaced once expired, so a
- * mismatch is always reported. Returns no row when the key is held or finished; the caller then reads it.
+ * mismatch is always reported.
+ *
+ * The same round trip also returns the row as the statement's snapshot saw it, and the INSERT is not even attempted
+ * when that row is finished, held under a live lease, or has another fingerprint. So a replay, a 409 and a 422 cost
+ * one statement and take no row lock (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is false,
+ * which would serialize every replay of a key). When the snapshot is stale, the ON CONFLICT clause decides on the
+ * latest row version, and the caller re-reads.
  */
 export function reserve(
   names: TableNames,
@@ -32,48 +42,50 @@ export function reserve(
 ): Query {
   const t = names.qualified
   return {
-    text: `WITH previous AS (
-  SELECT status, expires_at <= now() AS expired FROM ${t} WHERE ${PK}
+    text: `WITH existing AS (
+  SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
+), reserved AS (
+  INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
+    attempts, created_at, updated_at, expires_at)
+  SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
+  WHERE NOT EXISTS (
+    SELECT 1 FROM existing e WHERE NOT e.expired AND (e.fingerprint <> $4
+      OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.lease_remaining_ms > 0))
+  )
+  ON CONFLICT (scope, operation, key) DO UPDATE SET
+    status = 'in_progress',
+    fingerprint = excluded.fingerprint,
+    lock_token = excluded.lock_token,
+    locked_until = excluded.locked_until,
+    request_headers = excluded.request_headers,
+    response_status = NULL, response_headers = NULL, response_body = NULL,
+    updated_at = now(),
+    attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,
+    recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
+    created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
+    expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
+                      ELSE greatest(k.expires_at, excluded.locked_until) END
+  WHERE k.expires_at <= now()
+     OR (k.fingerprint = excluded.fingerprint
+         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
+  RETURNING k.attempts, k.recovery_point
 )
-INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
-  attempts, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', $5, now() + ${ms('$6')}, $8, 1, now(), now(), now() + ${ms('$7')})
-ON CONFLICT (scope, operation, key) DO UPDATE SET
-  status = 'in_progress',
-  fingerprint = excluded.fingerprint,
-  lock_token = excluded.lock_token,
-  locked_until = excluded.locked_until,
-  request_headers = excluded.request_headers,
-  response_status = NULL, response_headers = NULL, response_body = NULL,
-  updated_at = now(),
-  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,
-  recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
-                    ELSE greatest(k.expires_at, excluded.locked_until) END
-WHERE k.expires_at <= now()
-   OR (k.fingerprint = excluded.fingerprint
-       AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
-RETURNING k.attempts, k.recovery_point,
-  (SELECT status FROM previous) AS previous_status, (SELECT expired FROM previous) AS previous_expired`,
+SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, e.*
+FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`,
     values: [id.scope, id.operation, id.key, fingerprint, token, leaseMs, retentionMs, requestHeaders],
   }
 }
 
-export interface ReserveRow {
-  attempts: number
-  recovery_point: string | null
-  previous_status: string | null
-  previous_expired: boolean | null
-}
+/** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
+export type ReserveRow = { reserved: boolean; attempts: number | null; recovery_point: string | null } & (
+  | LookupRow
+  | { [K in keyof LookupRow]: null }
+)
 
 /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
 export function lookup(names: TableNames, id: RecordId): Query {
   return {
-    text: `SELECT fingerprint, status, expires_at <= now() AS expired,
-  greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
-  response_status, response_headers, response_body
-FROM ${names.qualified} WHERE ${PK}`,
+    text: `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`,
     values: [id.scope, id.operation, id.key],
   }
 }
