@@ -29,7 +29,9 @@ export function webhookPublisher(options: WebhookPublisherOptions): Publisher {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { url, secret } = options
-  if (typeof url !== 'function') new URL(url) // throws a TypeError naming the bad URL
+  if (typeof url !== 'function' && !URL.canParse(String(url))) {
+    throw new TypeError(`Expected \`url\` to be an absolute URL or a function, got ${String(url)}.`)
+  }
   if (typeof secret !== 'string' || secret === '')
     throw new TypeError('Expected `secret` to be a non-empty string.')
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? 10_000)
