@@ -1,23 +1,23 @@
 // Real pages in real Chromium, driven by Playwright from Node: a page bundling the client talks to a real local
-// server (same origin), is really reloaded, and two pages resume one intent at once.
+// server (@oncely/server on Postgres, same origin), is really reloaded, and two pages resume one intent at once.
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import { type Browser, chromium, type Page } from 'playwright'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startIdempotentServer, type TestServer } from '../support/idempotent-server.js'
+import { startOncelyServer } from '../support/oncely-server.js'
 
 const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium'
 const hasChromium = existsSync(executablePath)
 if (!hasChromium && process.env.CI)
   throw new Error(`No Chromium at ${executablePath} (set CHROMIUM_PATH); CI must run the browser tests`)
 
-let server: TestServer
+let server: Awaited<ReturnType<typeof startOncelyServer>>
 let browser: Browser
 
 beforeAll(async () => {
   if (!hasChromium) return
-  server = await startIdempotentServer()
+  server = await startOncelyServer('client_browser_pages')
   const bundle = await build({
     stdin: {
       contents:
@@ -83,7 +83,7 @@ async function until(check: () => boolean, what: string): Promise<void> {
 
 describe.skipIf(!hasChromium)('pages in Chromium', () => {
   it('an intent written to IndexedDB survives a real page reload, and resume() completes it with the same key', async () => {
-    server.requests.length = 0
+    server.keys.length = 0
     server.dropResponses = true
     const page = await browser.newPage()
     await page.goto(server.url)
@@ -94,12 +94,12 @@ describe.skipIf(!hasChromium)('pages in Chromium', () => {
         .request({ path: '/v1/payments', json: { amount: 42 } })
         .catch(() => {})
     })
-    await until(() => server.requests.length >= 2, 'two dropped attempts')
+    await until(() => server.keys.length >= 2, 'two dropped attempts')
     await page.reload()
     server.dropResponses = false
     await openClient(page, 'reload')
     const pending = await page.evaluate(() => (window as unknown as PageApi).client.pending())
-    const key = server.requests[0]!.key!
+    const key = server.keys[0]!
     expect(pending).toMatchObject([{ key, state: 'pending' }])
     const outcomes = await page.evaluate(async () => {
       const outcomes = await (window as unknown as PageApi).client.resume()
@@ -110,15 +110,14 @@ describe.skipIf(!hasChromium)('pages in Chromium', () => {
       }))
     })
     expect(outcomes).toEqual([{ outcome: 'settled', key, status: 201, replayed: true }])
-    expect(new Set(server.requests.map((r) => r.key))).toEqual(new Set([key]))
-    expect(server.effects.get(key)).toBe(1)
+    expect(new Set(server.keys)).toEqual(new Set([key]))
+    expect(await server.effects()).toBe(1)
     expect(await page.evaluate(() => (window as unknown as PageApi).client.pending())).toEqual([])
     await page.close()
   })
 
   it('two pages of one origin resuming the same pending intent at once make exactly one effect', async () => {
-    server.requests.length = 0
-    server.effects.clear()
+    const effectsBefore = await server.effects()
     server.unavailable = true // the first attempt gets 503 and no effect: the intent stays pending
     const context = await browser.newContext()
     const [one, two] = [await context.newPage(), await context.newPage()]
@@ -142,7 +141,7 @@ describe.skipIf(!hasChromium)('pages in Chromium', () => {
     expect(error).toBe('RetryExhaustedError')
     server.unavailable = false
     server.workMs = 300 // keep the first resume in flight while the other page tries
-    server.requests.length = 0
+    server.keys.length = 0
     const results = await Promise.all(
       [one, two].map((page) =>
         page.evaluate(async () =>
@@ -152,8 +151,8 @@ describe.skipIf(!hasChromium)('pages in Chromium', () => {
     )
     server.workMs = 0
     expect(results.flat().filter((o) => o === 'settled')).toHaveLength(1)
-    expect(server.requests).toHaveLength(1)
-    expect([...server.effects.values()]).toEqual([1])
+    expect(server.keys).toHaveLength(1)
+    expect((await server.effects()) - effectsBefore).toBe(1)
     await context.close()
   })
 })

@@ -9,7 +9,8 @@ import Fastify from 'fastify'
  * constraint, so a second execution would show up as a second row.
  *
  * `dropResponses` lets the engine commit and then destroys the socket instead of writing the response (the lost
- * response); it applies to replays too.
+ * response); it applies to replays too. `unavailable` answers 503 before the engine sees the request (no effect).
+ * `workMs` keeps the handler busy inside its transaction. `files` are served on GET (pages for browser tests).
  */
 export async function startOncelyServer(label: string) {
   const db = await createTestDatabase(label)
@@ -17,10 +18,23 @@ export async function startOncelyServer(label: string) {
   await db.pool.query('CREATE TABLE payments (id bigserial PRIMARY KEY, amount integer NOT NULL)')
   const engine = createEngine({ store: postgresStore({ pool: db.pool }) })
   const app = Fastify({ logger: false })
-  const state = { dropResponses: false, keys: [] as (string | undefined)[] }
+  const state = {
+    dropResponses: false,
+    unavailable: false,
+    workMs: 0,
+    keys: [] as (string | undefined)[],
+    files: new Map<string, { type: string; body: string }>(),
+  }
+  app.get('/*', async (request, reply) => {
+    const file = state.files.get(request.url.split('?')[0]!)
+    if (!file) return reply.code(404).send()
+    return reply.type(file.type).header('cache-control', 'no-store').send(file.body)
+  })
   app.addHook('onRequest', async (request, reply) => {
+    if (request.method !== 'POST') return
     const key = request.headers['idempotency-key']
     state.keys.push(Array.isArray(key) ? key.join(', ') : key)
+    if (state.unavailable) return reply.code(503).send({ title: 'unavailable', status: 503 })
     if (!state.dropResponses) return
     // The response is written only after the engine committed (the plugin holds it until then); drop it there.
     const raw = reply.raw
@@ -34,6 +48,7 @@ export async function startOncelyServer(label: string) {
     '/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {
+      if (state.workMs > 0) await new Promise((resolve) => setTimeout(resolve, state.workMs))
       const { rows } = await request.idempotency.tx.query(
         'INSERT INTO payments (amount) VALUES ($1) RETURNING id',
         [request.body.amount],
