@@ -96,6 +96,7 @@ describe('enqueue', () => {
     expect(() => createDispatcher({ pool: db.pool, publisher: {} as Publisher })).toThrow(
       'Expected `publisher`',
     )
+    expect(() => webhookPublisher({ url: '/relative', secret: 's' })).toThrow('Expected `url`')
   })
 })
 
