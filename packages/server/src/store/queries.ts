@@ -30,6 +30,11 @@ const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
  * one statement and take no row lock (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is false,
  * which would serialize every replay of a key). When the snapshot is stale, the ON CONFLICT clause decides on the
  * latest row version, and the caller re-reads.
+ *
+ * It commits with synchronous_commit off (set for this statement's own transaction only), saving a WAL flush per
+ * request. That is safe: WAL is flushed in order, so the reservation is durable no later than the business
+ * transaction that completes it; if Postgres crashes before, the lost reservation only frees the key, and nothing
+ * that depended on it can have committed. A duplicate may have seen it and answered 409, which is retryable.
  */
 export function reserve(
   names: TableNames,
@@ -70,7 +75,8 @@ export function reserve(
          AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
   RETURNING k.attempts, k.recovery_point
 )
-SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, e.*
+SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, e.*,
+  set_config('synchronous_commit', 'off', true) AS async_commit
 FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`,
     values: [id.scope, id.operation, id.key, fingerprint, token, leaseMs, retentionMs, requestHeaders],
   }
