@@ -143,6 +143,7 @@ export function createClient(options: ClientOptions): OncelyClient {
 
   const request = async (req: RequestOptions): Promise<OncelyResponse> => {
     if (typeof req?.path !== 'string') throw new TypeError('Expected `path` to be a string')
+    req.signal?.throwIfAborted() // cancelled before it began: record nothing
     const method = (req.method ?? 'POST').toUpperCase()
     const url = new URL(req.path, resolved.baseUrl)
     if (req.searchParams) {

@@ -124,6 +124,18 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
       throw new TypeError(`Expected \`${name}\` to be a function`)
     }
   }
+  for (const name of ['resumeOnStart', 'resumeOnOnline'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'boolean') {
+      throw new TypeError(`Expected \`${name}\` to be a boolean`)
+    }
+  }
+  const timers = options.timers
+  if (timers !== undefined) {
+    for (const method of ['now', 'setTimeout', 'clearTimeout'] as const) {
+      if (typeof timers?.[method] !== 'function')
+        throw new TypeError(`Expected \`timers.${method}\` to be a function`)
+    }
+  }
   const store = options.store
   if (store !== undefined) {
     for (const method of ['get', 'set', 'delete', 'list'] as const) {

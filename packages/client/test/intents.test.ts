@@ -90,6 +90,16 @@ describe('write-ahead', () => {
     expect(JSON.stringify(written)).not.toMatch(/secret|a=b|from-fn/)
   })
 
+  it('records and sends nothing for a signal aborted before the call', async () => {
+    const store = memoryStore()
+    const reason = new Error('already cancelled')
+    await expect(
+      make({ store }).request({ path: '/v1/payments', json: {}, signal: AbortSignal.abort(reason) }),
+    ).rejects.toBe(reason)
+    expect(await store.list()).toEqual([])
+    expect(seen).toHaveLength(0)
+  })
+
   it('sends nothing when the store cannot record the intent', async () => {
     const store: IntentStore = {
       ...memoryStore(),
@@ -316,6 +326,9 @@ describe('options', () => {
     expect(() => make({ intentTtlMs: 0 })).toThrow(/`intentTtlMs`/)
     expect(() => make({ store: {} as never })).toThrow(/`store.get`/)
     expect(() => make({ headers: 'x' as never })).toThrow(/`headers`/)
+    expect(() => make({ timers: { now: Date.now } as never })).toThrow(/`timers.setTimeout`/)
+    expect(() => make({ resumeOnStart: 'yes' as never })).toThrow(/`resumeOnStart`/)
+    expect(() => make({ timeoutMs: 0 })).toThrow(/`timeoutMs`/)
   })
 
   it('mutation() binds an endpoint and reports attempt then settled events', async () => {
