@@ -89,7 +89,7 @@ export async function run(
     const armServer = crashRotation(
       serverRandom,
       SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`)),
-      { firstPass: SERVER_CRASH_POINTS.length * options.servers },
+      { firstPass: SERVER_CRASH_POINTS.length * options.servers, firstRate: 0.25 },
     )
     const crashEnv = (): Record<string, string> => {
       const armed = healed ? undefined : armServer()
@@ -180,7 +180,7 @@ export async function run(
     const armWorker = crashRotation(
       workerRandom,
       WORKER_CRASH_POINTS.filter((point) => enabled.has(`kill-worker-${point}`)),
-      { firstPass: WORKER_CRASH_POINTS.length * options.workers, firstRate: 0.05, laterRate: 0.01 },
+      { firstPass: WORKER_CRASH_POINTS.length * options.workers, firstRate: 0.15, laterRate: 0.01 },
     )
     const workerCrashEnv = (): Record<string, string> => {
       const armed = healed ? undefined : armWorker()
