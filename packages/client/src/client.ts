@@ -288,7 +288,7 @@ function reusedLocally(existing: IntentRecord): IdempotencyKeyReusedError {
   return new IdempotencyKeyReusedError(422, {
     headers: new Headers(),
     data: undefined,
-    message: `Intent ${existing.id} is already recorded for ${existing.method} ${existing.url} with a different body; use another intentId`,
+    message: `Intent ${existing.id} is already recorded as ${existing.method} ${existing.url} with other bytes or target; use another intentId`,
   })
 }
 
