@@ -101,6 +101,39 @@ describe('an injected failure, then the client retries', () => {
   })
 })
 
+describe('a commit that fails', () => {
+  it('never reaches the client as a 2xx, and the retry executes once', async () => {
+    const key = freshKey()
+    let armedOnce = true
+    const broken = await buildApp(db.pool, {
+      leaseMs: LEASE_MS,
+      hooks: {
+        // The connection dies between the handler and the completion: the business writes cannot commit.
+        beforeCommit: async ({ tx }) => {
+          if (armedOnce) {
+            armedOnce = false
+            await tx?.query('SELECT pg_terminate_backend(pg_backend_pid())').catch(() => {})
+          }
+        },
+      },
+    })
+    const burl = await broken.app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const body = { cart: key, amount: 3 }
+      const first = await postPayment(burl, key, body)
+      expect(first.status).toBe(503)
+      expect(first.headers.get('content-type')).toBe('application/problem+json')
+      expect(first.headers.get('location')).toBeNull()
+      expect(await effects(key)).toBe(0)
+      const retry = await retryUntilFinal(() => postPayment(burl, key, body))
+      expect(retry.status).toBe(201)
+      expect(await effects(key)).toBe(1)
+    } finally {
+      await broken.app.close()
+    }
+  })
+})
+
 describe('fencing', () => {
   it('an attempt paused past its lease is rolled back and answers with the winner’s response', async () => {
     const key = freshKey()

@@ -22,6 +22,21 @@ import type {
 // tries again. This bounds those retries (each is a real state change by someone else, so it converges fast).
 const MAX_RACE_ROUNDS = 8
 
+// One 'error' listener per pool, fanned out to every engine on it (so many engines do not trip MaxListeners).
+const poolErrorListeners = new WeakMap<pg.Pool, Set<(error: Error) => void>>()
+function onPoolError(pool: pg.Pool, listener: (error: Error) => void): void {
+  let listeners = poolErrorListeners.get(pool)
+  if (!listeners) {
+    const set = new Set<(error: Error) => void>()
+    listeners = set
+    poolErrorListeners.set(pool, set)
+    pool.on('error', (error) => {
+      for (const notify of set) notify(error)
+    })
+  }
+  listeners.add(listener)
+}
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** A deterministic per-step key: SHA-256 over the canonical JSON of [scope, operation, key, step]. */
@@ -58,7 +73,7 @@ export function createEngine(options: EngineOptions): Engine {
       // An observer must not change the outcome of an execution.
     }
   }
-  pool.on('error', (error) => emit({ type: 'store_error', error }))
+  onPoolError(pool, (error) => emit({ type: 'store_error', error }))
 
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
