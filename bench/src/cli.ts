@@ -41,6 +41,9 @@ const report: BenchReport = {
   server: [],
   storm: [],
   client: [],
+  reaper: undefined,
+  resume: [],
+  scale: [],
   targets: [],
 }
 await db.pool.query(LEDGER_SCHEMA)
@@ -94,12 +97,47 @@ try {
     log('\nclient write-ahead')
     report.client = await clientBench({ rounds: mode.rounds, requestsPerRound: mode.clientRequests, log })
   }
+  if (options.suites.has('scale')) {
+    // Loaded here so the other suites still run while @oncely/server or @oncely/client cannot be imported.
+    const scale = await import('./suites/scale.js')
+    log('\nscale: reaper')
+    report.reaper = await scale.reaperThroughput(db.pool, options.quick ? 100_000 : 1_000_000)
+    log(`  ${report.reaper.rowsPerSecond.toFixed(0)} expired rows/s`)
+    log('scale: resume()')
+    report.resume = await scale.resumeTime(options.quick ? 1_000 : 10_000)
+    for (const r of report.resume) log(`  ${r.store}: ${r.intents} intents in ${r.seconds.toFixed(2)} s`)
+    if (!options.quick && server.urls.oncely) {
+      for (const [label, size] of [
+        ['1M', 1_000_000],
+        ['10M', 10_000_000],
+      ] as const) {
+        log(`scale: filling the key table to ${label} rows`)
+        await scale.fillKeys(db.pool, size)
+        const summaries = await compare({
+          urls: server.urls,
+          pool: db.pool,
+          scenarios: [
+            { id: 'oncely-first', variant: 'oncely', path: 'first' },
+            { id: 'oncely-replay', variant: 'oncely', path: 'replay' },
+          ],
+          shapes: [
+            { name: `c1@${label}`, connections: 1, amount: mode.c1 },
+            { name: `c10@${label}`, connections: 10, amount: mode.c10 },
+          ],
+          rounds: 3,
+          warmupRequests: mode.warmup,
+          log,
+        })
+        report.scale.push(...summaries)
+      }
+    }
+  }
 } finally {
   await server.stop()
   await db.drop()
 }
 
-report.targets = evaluateTargets(report.server, report.storm, report.client)
+report.targets = evaluateTargets(report)
 console.log(markdown(report))
 if (options.json) {
   await writeFile(options.json, `${JSON.stringify(summary(report), null, 2)}\n`)

@@ -47,12 +47,16 @@ export async function load(options: LoadOptions): Promise<LoadResult> {
       },
     ],
   })
+  let lastResponse = started
   instance.on('response', (_client, status, _bytes, ms) => {
+    lastResponse = performance.now()
     statuses[status] = (statuses[status] ?? 0) + 1
     latencies.push(ms)
   })
   const result = await instance
-  const seconds = (performance.now() - started) / 1000
+  // autocannon notices that `amount` is reached on its 1-second tick; the wall time until the last response is the
+  // real duration (otherwise every rate is the amount divided by a whole number of seconds).
+  const seconds = (lastResponse - started) / 1000
   return {
     requests: latencies.length,
     rps: latencies.length / seconds,

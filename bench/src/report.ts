@@ -3,6 +3,7 @@ import type { MachineInfo } from './machine.js'
 import { round } from './stats.js'
 import type { ClientSummary } from './suites/client.js'
 import type { ScenarioSummary } from './suites/compare.js'
+import type { ReaperResult, ResumeResult } from './suites/scale.js'
 import type { StormResult } from './suites/storm.js'
 import type { Target } from './targets.js'
 
@@ -15,6 +16,10 @@ export interface BenchReport {
   server: ScenarioSummary[]
   storm: StormResult[]
   client: ClientSummary[]
+  reaper: ReaperResult | undefined
+  resume: ResumeResult[]
+  /** oncely measured again with the key table filled to 1M and 10M rows (shapes named `c1@1M` and so on). */
+  scale: ScenarioSummary[]
   targets: Target[]
 }
 
@@ -32,7 +37,8 @@ export function markdown(report: BenchReport): string {
   const parts = [
     `Run ${report.startedAt}, ${report.mode} mode, ${report.rounds} rounds. ${m.cpu}, ${m.cores} cores, ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres}, synchronous_commit=${m.synchronousCommit}, load average ${m.loadAverage} at start.`,
   ]
-  for (const shape of [...new Set(report.server.map((s) => s.shape))]) {
+  const all = [...report.server, ...report.scale]
+  for (const shape of [...new Set(all.map((s) => s.shape))]) {
     parts.push(
       `\n**${shape}**\n\n${table(
         [
@@ -47,7 +53,7 @@ export function markdown(report: BenchReport): string {
           'executions/request',
           'failures',
         ],
-        report.server
+        all
           .filter((s) => s.shape === shape)
           .map((s) => [
             s.scenario.id,
@@ -100,6 +106,20 @@ export function markdown(report: BenchReport): string {
       )}`,
     )
   }
+  if (report.reaper) {
+    const r = report.reaper
+    parts.push(
+      `\n**reaper**: ${r.expiredRows} expired keys deleted in ${r.seconds.toFixed(2)} s (${r.rowsPerSecond.toFixed(0)} rows/s, batches of ${r.batchSize}).`,
+    )
+  }
+  if (report.resume.length > 0) {
+    parts.push(
+      `\n**resume()**\n\n${table(
+        ['store', 'pending intents', 'seconds', 'settled'],
+        report.resume.map((r) => [r.store, r.intents, r.seconds.toFixed(2), r.settled]),
+      )}`,
+    )
+  }
   parts.push(
     `\n**targets**\n\n${table(
       ['target', 'goal', 'measured', 'met'],
@@ -120,7 +140,7 @@ export function markdown(report: BenchReport): string {
 /** The --json summary: ratios and targets, without the per-run raw numbers. */
 export function summary(report: BenchReport): unknown {
   const server: Record<string, Record<string, unknown>> = {}
-  for (const s of report.server) {
+  for (const s of [...report.server, ...report.scale]) {
     server[s.shape] ??= {}
     server[s.shape]![s.scenario.id] = {
       throughputRatio: round(s.throughputRatio),
@@ -148,6 +168,8 @@ export function summary(report: BenchReport): unknown {
       addedP50Ms: round(c.addedP50Ms),
       addedP99Ms: round(c.addedP99Ms),
     })),
+    reaper: report.reaper && { ...report.reaper, rowsPerSecond: round(report.reaper.rowsPerSecond, 0) },
+    resume: report.resume.map((r) => ({ ...r, seconds: round(r.seconds) })),
     targets: report.targets,
   }
 }

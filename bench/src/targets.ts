@@ -1,8 +1,7 @@
 // The targets of issue 8, evaluated on a run's medians. A target whose inputs were not measured is reported as
 // `met: null` rather than guessed.
-import type { ClientSummary } from './suites/client.js'
+import type { BenchReport } from './report.js'
 import type { ScenarioSummary } from './suites/compare.js'
-import type { StormResult } from './suites/storm.js'
 
 export interface Target {
   name: string
@@ -14,11 +13,11 @@ export interface Target {
 const find = (summaries: readonly ScenarioSummary[], id: string, shape: string) =>
   summaries.find((s) => s.scenario.id === id && s.shape === shape)
 
-export function evaluateTargets(
-  summaries: readonly ScenarioSummary[],
-  storms: readonly StormResult[],
-  client: readonly ClientSummary[],
-): Target[] {
+/** How much the added p50 may grow from an empty key table to 10M rows and still count as flat. */
+const FLAT_TOLERANCE_MS = 0.2
+
+export function evaluateTargets(report: BenchReport): Target[] {
+  const { server: summaries, storm: storms, client } = report
   const targets: Target[] = []
   const ratio = (id: string, shape: string, goal: number, name: string) => {
     const found = find(summaries, id, shape)
@@ -72,6 +71,19 @@ export function evaluateTargets(
       goal: '<= 1 ms',
       measured: `${summary.addedP50Ms.toFixed(3)} ms`,
       met: summary.addedP50Ms <= 1,
+    })
+  }
+  for (const path of ['first', 'replay'] as const) {
+    const empty = find(summaries, `oncely-${path}`, 'c1')
+    const large = find(report.scale, `oncely-${path}`, 'c1@10M')
+    targets.push({
+      name: `latency flat from 0 to 10M key rows, ${path} path, 1 connection`,
+      goal: `added p50 at 10M <= added p50 at 0 rows + ${FLAT_TOLERANCE_MS} ms`,
+      measured:
+        empty && large
+          ? `${empty.addedP50Ms.toFixed(3)} ms -> ${large.addedP50Ms.toFixed(3)} ms`
+          : 'not measured (long mode only)',
+      met: empty && large ? large.addedP50Ms <= empty.addedP50Ms + FLAT_TOLERANCE_MS : null,
     })
   }
   return targets

@@ -1,0 +1,142 @@
+// Scale: how the engine behaves with a large key table (bulk-filled with generate_series), how fast the reaper
+// deletes expired keys, and how long the client's resume() takes with many pending intents.
+import { randomUUID } from 'node:crypto'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { createClient, type IntentRecord, type IntentStore, memoryStore } from '@oncely/client'
+import { fileStore } from '@oncely/client/node'
+import { createEngine, migrate, postgresStore } from '@oncely/server'
+import type pg from 'pg'
+import { ONCELY_SCHEMA } from '../server/oncely.js'
+
+const TABLE = `${ONCELY_SCHEMA}.idempotency_keys`
+const FILL_CHUNK = 1_000_000
+
+/** Rows currently in oncely's key table. */
+export async function keyRows(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${TABLE}`)
+  return Number(rows[0]!.n)
+}
+
+/**
+ * Adds finished (or, with `expired`, already expired) keys until the table holds `target` rows, in chunks so one
+ * statement never holds millions of rows of WAL, then refreshes the planner's statistics.
+ */
+export async function fillKeys(
+  pool: pg.Pool,
+  target: number,
+  options: { expired?: boolean } = {},
+): Promise<number> {
+  await migrate(pool, { schema: ONCELY_SCHEMA })
+  const start = await keyRows(pool)
+  const expiry = options.expired ? "now() - interval '1 second'" : "now() + interval '1 day'"
+  const tag = randomUUID().slice(0, 8)
+  for (let from = start; from < target; from += FILL_CHUNK) {
+    const to = Math.min(target, from + FILL_CHUNK)
+    await pool.query(
+      `INSERT INTO ${TABLE} (scope, operation, key, fingerprint, status, response_status, response_headers,
+  response_body, expires_at)
+SELECT 'filler', 'POST /ledger', $1 || '-' || i, md5(i::text) || md5(i::text), 'succeeded', 201,
+  '{"content-type":"application/json"}', convert_to('{"id":"1","account":"acct-42","amount":1250}', 'UTF8'), ${expiry}
+FROM generate_series($2::bigint, $3::bigint) AS i`,
+      [tag, from + 1, to],
+    )
+  }
+  await pool.query(`VACUUM ANALYZE ${TABLE}`)
+  return target - start
+}
+
+export interface ReaperResult {
+  expiredRows: number
+  batchSize: number
+  seconds: number
+  rowsPerSecond: number
+}
+
+/** Fills `expiredRows` expired keys, then times `engine.reap()` until nothing is left to delete. */
+export async function reaperThroughput(
+  pool: pg.Pool,
+  expiredRows: number,
+  batchSize = 1_000,
+): Promise<ReaperResult> {
+  const before = await keyRows(pool)
+  await fillKeys(pool, before + expiredRows, { expired: true })
+  const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }) })
+  const started = performance.now()
+  let deleted = 0
+  for (;;) {
+    const n = await engine.reap({ batchSize, maxBatches: 100 })
+    deleted += n
+    if (n === 0) break
+  }
+  const seconds = (performance.now() - started) / 1000
+  return { expiredRows: deleted, batchSize, seconds, rowsPerSecond: deleted / seconds }
+}
+
+export interface ResumeResult {
+  store: 'memoryStore' | 'fileStore'
+  intents: number
+  seconds: number
+  settled: number
+}
+
+/** Writes `intents` pending intents straight into each Node store, then times one `client.resume()`. */
+export async function resumeTime(intents: number): Promise<ResumeResult[]> {
+  const server = createServer((request, response) => {
+    request.resume()
+    request.on('end', () => {
+      response.writeHead(201, { 'content-type': 'application/json' })
+      response.end('{"ok":true}')
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'oncely-bench-resume-'))
+  const results: ResumeResult[] = []
+  try {
+    const stores: Array<[ResumeResult['store'], IntentStore]> = [
+      ['memoryStore', memoryStore()],
+      ['fileStore', fileStore({ dir })],
+    ]
+    for (const [name, store] of stores) {
+      const now = Date.now()
+      for (let i = 0; i < intents; i++) {
+        const key = randomUUID()
+        const record: IntentRecord = {
+          format: 1,
+          id: key,
+          key,
+          method: 'POST',
+          url: `${url}/ledger`,
+          body: { encoding: 'utf8', data: '{"account":"acct-42","amount":1250}' },
+          headers: { 'content-type': 'application/json' },
+          createdAt: now,
+          expiresAt: now + 3_600_000,
+          attempts: 0,
+          version: 1,
+          state: 'pending',
+        }
+        await store.set(record)
+      }
+      const client = createClient({ baseUrl: url, store, resumeOnStart: false, resumeOnOnline: false })
+      const started = performance.now()
+      const outcomes = await client.resume()
+      const seconds = (performance.now() - started) / 1000
+      await client.close()
+      results.push({
+        store: name,
+        intents,
+        seconds,
+        settled: outcomes.filter((o) => o.outcome === 'settled').length,
+      })
+    }
+  } finally {
+    server.close()
+    await rm(dir, { recursive: true, force: true })
+  }
+  return results
+}
