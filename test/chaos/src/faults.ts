@@ -20,6 +20,7 @@ export const FAULT_KINDS = [
   ...NETWORK_FAULTS,
   ...SERVER_CRASH_POINTS.map((step) => `crash-${step}` as const),
   'pause-server',
+  'stall-server',
   'kill-db-connections',
   'restart-db',
   ...WORKER_CRASH_POINTS.map((step) => `kill-worker-${step}` as const),

@@ -24,6 +24,8 @@ export interface NemesisOptions {
   pauseMs: number
   /** Mean wait between two faults. @default 4000 */
   meanIntervalMs?: number
+  /** A fault that could not be injected (the database was down, say); the schedule goes on. @default ignore */
+  onError?: (error: unknown) => void
 }
 
 /** Starts the schedule; `stop()` ends it and waits for the fault in progress to finish (a paused server resumes). */
@@ -47,9 +49,13 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
       })
       if (stopped) break
       const kind = queue.shift() ?? options.random.pick(kinds)
-      if (kind === 'pause-server') await options.actions.pauseServer(options.pauseMs)
-      else if (kind === 'restart-db') await options.actions.restartDb()
-      else await options.actions.killDbConnections()
+      try {
+        if (kind === 'pause-server') await options.actions.pauseServer(options.pauseMs)
+        else if (kind === 'restart-db') await options.actions.restartDb()
+        else await options.actions.killDbConnections()
+      } catch (error) {
+        options.onError?.(error)
+      }
     }
   })()
   return {

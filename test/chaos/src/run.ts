@@ -117,15 +117,26 @@ export async function run(
           LOG_LEVEL: 'warn',
           ONCELY_LEASE_MS: String(LEASE_MS),
           ONCELY_PROVIDER_FAILURE_RATE: healed ? '0' : '0.03',
+          // A provider that takes time keeps requests in flight, so a pause is likely to catch one mid-protocol.
+          ONCELY_PROVIDER_DELAY_MS: healed ? '0' : '100',
           ONCELY_CHAOS: '1',
           ONCELY_CHAOS_SEED: String(serverRandom.int(0, 0xffff_ffff)),
           ...crashEnv(),
+          // A handler stalled past its lease while alive (a GC pause, a slow disk): the other fencing case.
+          ...(enabled.has('stall-server') && !healed
+            ? {
+                ONCELY_DELAY_AT: 'after-provider',
+                ONCELY_DELAY_MS: String(LEASE_MS + 1500),
+                ONCELY_DELAY_RATE: '0.05',
+              }
+            : {}),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
         }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
           if (crash) fault(name, `crash-${crash[1]}`, name)
+          if (/^ONCELY_CHAOS delay /.test(line)) fault(name, 'stall-server', name)
         },
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
@@ -238,6 +249,7 @@ export async function run(
       random: nemesisRandom,
       faults: options.faults,
       pauseMs: LEASE_MS + 1000,
+      onError: (error) => log(`nemesis: ${(error as Error).message}`),
       actions: {
         async pauseServer(ms) {
           const i = nemesisRandom.int(0, servers.length - 1)

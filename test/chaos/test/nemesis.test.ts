@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest'
+import { startNemesis } from '../src/nemesis.js'
+import { createRandom } from '../src/random.js'
+
+describe('startNemesis', () => {
+  it('injects each enabled kind once first, keeps going after a failed fault, and stops cleanly', async () => {
+    const done: string[] = []
+    const errors: unknown[] = []
+    const nemesis = startNemesis({
+      random: createRandom(1),
+      faults: ['drop-request', 'kill-db-connections', 'pause-server', 'restart-db'],
+      pauseMs: 5,
+      meanIntervalMs: 10,
+      onError: (error) => errors.push(error),
+      actions: {
+        pauseServer: async () => void done.push('pause-server'),
+        restartDb: async () => {
+          done.push('restart-db')
+          throw new Error('database is down')
+        },
+        killDbConnections: async () => void done.push('kill-db-connections'),
+      },
+    })
+    for (let i = 0; i < 100 && done.length < 6; i++) await new Promise((r) => setTimeout(r, 10))
+    await nemesis.stop()
+    expect(done.slice(0, 3).sort()).toEqual(['kill-db-connections', 'pause-server', 'restart-db'])
+    expect(done.length).toBeGreaterThanOrEqual(6)
+    expect(errors.length).toBe(done.filter((d) => d === 'restart-db').length)
+    const count = done.length
+    await new Promise((r) => setTimeout(r, 50))
+    expect(done.length).toBe(count)
+  })
+
+  it('does nothing when no nemesis fault is enabled', async () => {
+    const nemesis = startNemesis({
+      random: createRandom(1),
+      faults: ['drop-request'],
+      pauseMs: 5,
+      actions: {
+        pauseServer: async () => expect.fail('no pause expected'),
+        restartDb: async () => expect.fail('no restart expected'),
+        killDbConnections: async () => expect.fail('no kill expected'),
+      },
+    })
+    await nemesis.stop()
+  })
+})
