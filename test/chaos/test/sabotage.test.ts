@@ -1,6 +1,6 @@
 /**
- * The suite must prove it can fail: the same kind of run against the demo with its idempotency layer switched off
- * has to end in violations. A real run: API processes, workers, proxies and Postgres, kept small.
+ * The suite must prove it can fail: runs against the demo with its idempotency layer or its fencing switched off
+ * have to end in violations. Real runs (API processes, workers, proxies, Postgres), kept small.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -36,5 +36,23 @@ describe('a sabotaged demo', () => {
     const duplicate = report.violations.find((v) => v.rule === 'duplicate-payment')!
     expect(duplicate.events.length).toBeGreaterThan(0)
     expect(duplicate.rows?.length).toBeGreaterThan(1)
+  }, 300_000)
+
+  it('is caught with fencing off: a handler stalled past its lease completes after its successor', async () => {
+    const options = parseOptions(
+      [
+        '--seed=4',
+        '--intents=60',
+        '--duration=30s',
+        '--faults=stall-server',
+        '--fencing=off',
+        `--run-dir=${join(dir, 'fencing-off')}`,
+      ],
+      dir,
+    )
+    const report = await run(options, () => {})
+    expect(report.faults['stall-server']).toBeGreaterThan(0)
+    expect(report.valid).toBe(false)
+    expect(report.violations.map((v) => v.rule)).toEqual(expect.arrayContaining(['duplicate-payment']))
   }, 300_000)
 })
