@@ -1,5 +1,5 @@
--- oncely's first execution as the engine sends it today: the reservation commits on its own, then the business
--- transaction (BEGIN, INSERT, fenced completion, COMMIT). Two commits, five round trips.
+-- The first design: the reservation commits on its own with a WAL flush, then the business transaction
+-- (BEGIN, INSERT, fenced completion, COMMIT). Two commits, two flushes, five round trips.
 \set n random(1, 2000000000)
 INSERT INTO idempotency_keys AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers, attempts, created_at, updated_at, expires_at) VALUES ('bench', 'POST /ledger', ('f-' || :n || '-' || :client_id), repeat('f', 64), 'in_progress', gen_random_uuid(), now() + interval '30 seconds', NULL, 1, now(), now(), now() + interval '1 day') ON CONFLICT (scope, operation, key) DO UPDATE SET status = 'in_progress', lock_token = excluded.lock_token, locked_until = excluded.locked_until, updated_at = now() WHERE k.expires_at <= now() OR (k.fingerprint = excluded.fingerprint AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now()))) RETURNING k.attempts;
 BEGIN;

@@ -1,0 +1,9 @@
+-- oncely's first execution as the engine sends it now (packages/server, reserve() in store/queries.ts): the
+-- reservation commits on its own with synchronous_commit off (no WAL flush of its own), then the business
+-- transaction (BEGIN, INSERT, fenced completion, COMMIT). Two commits, one flush, five round trips.
+\set n random(1, 2000000000)
+WITH r AS (INSERT INTO idempotency_keys AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers, attempts, created_at, updated_at, expires_at) VALUES ('bench', 'POST /ledger', ('f-' || :n || '-' || :client_id), repeat('f', 64), 'in_progress', gen_random_uuid(), now() + interval '30 seconds', NULL, 1, now(), now(), now() + interval '1 day') ON CONFLICT (scope, operation, key) DO UPDATE SET status = 'in_progress', lock_token = excluded.lock_token, locked_until = excluded.locked_until, updated_at = now() WHERE k.expires_at <= now() OR (k.fingerprint = excluded.fingerprint AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now()))) RETURNING k.attempts) SELECT r.attempts, set_config('synchronous_commit', 'off', true) FROM r;
+BEGIN;
+INSERT INTO ledger (request_key, account, amount) VALUES (('f-' || :n || '-' || :client_id), 'acct-42', 1250) RETURNING id;
+UPDATE idempotency_keys SET status = 'succeeded', response_status = 201, response_headers = '{"content-type":"application/json"}', response_body = convert_to('{"id":"1","account":"acct-42","amount":1250}', 'UTF8'), locked_until = NULL, updated_at = now() WHERE scope = 'bench' AND operation = 'POST /ledger' AND key = ('f-' || :n || '-' || :client_id) AND status = 'in_progress';
+COMMIT;

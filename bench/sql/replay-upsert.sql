@@ -1,5 +1,0 @@
--- oncely's replay as the engine sends it today: the reservation attempt (ON CONFLICT DO UPDATE ... WHERE false
--- still locks the row, which assigns a transaction id and flushes WAL at commit), then the lookup.
-\set n random(1, 100000)
-INSERT INTO idempotency_keys AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers, attempts, created_at, updated_at, expires_at) VALUES ('bench', 'POST /ledger', ('replay-' || :n), repeat('f', 64), 'in_progress', gen_random_uuid(), now() + interval '30 seconds', NULL, 1, now(), now(), now() + interval '1 day') ON CONFLICT (scope, operation, key) DO UPDATE SET status = 'in_progress', lock_token = excluded.lock_token, locked_until = excluded.locked_until, updated_at = now() WHERE k.expires_at <= now() OR (k.fingerprint = excluded.fingerprint AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now()))) RETURNING k.attempts;
-SELECT fingerprint, status, expires_at <= now() AS expired, response_status, response_headers, response_body FROM idempotency_keys WHERE scope = 'bench' AND operation = 'POST /ledger' AND key = ('replay-' || :n);
