@@ -20,8 +20,11 @@ let failed = false
 try {
   const tarballs = []
   const entries = []
+  // Optional peers (fastify, ioredis, NATS) are what a user installs to use the matching subpath.
+  const peers = new Set()
   for (const dir of packages) {
     const manifest = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'))
+    for (const [name, range] of Object.entries(manifest.peerDependencies ?? {})) peers.add(`${name}@${range}`)
     console.log(`\n== ${manifest.name}`)
     run(bin('publint'), ['--strict'], { cwd: dir })
     const before = new Set(readdirSync(work))
@@ -53,7 +56,9 @@ try {
       }),
     )
     console.log(`\n== installing the tarballs into a fresh ${kind.toUpperCase()} project`)
-    run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', ...tarballs], { cwd: project })
+    run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', ...tarballs, ...peers], {
+      cwd: project,
+    })
     const lines = entries.map((entry) =>
       kind === 'esm'
         ? `{ const m = await import(${JSON.stringify(entry)}); if (!Object.keys(m).length) throw new Error('empty: ${entry}'); console.log('import ok', ${JSON.stringify(entry)}, Object.keys(m).length) }`
