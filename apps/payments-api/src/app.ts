@@ -11,6 +11,7 @@ import { registerAuth } from './auth.js'
 import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
+import { createPaymentHandler } from './payment-steps.js'
 import { registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
@@ -21,6 +22,13 @@ import { type PaymentExecutionSource, registerPaymentRoutes } from './routes/pay
 export interface AppOptions {
   /** The database, already migrated (see `prepareDatabase`). */
   pool: pg.Pool
+  /**
+   * Pool for the payment steps' own transactions (each execution holds a `pool` connection for its business
+   * transaction while a step takes one from here). Give it its own pool when requests can exhaust `pool`, or they
+   * all wait for a connection none of them will release.
+   * @default pool
+   */
+  stepsPool?: pg.Pool
   /**
    * The payment provider.
    * @default createProvider({ pool }) — instant, never failing
@@ -71,7 +79,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     ? withoutIdempotency(pool)
     : await withIdempotency(app, createPaymentsEngine(app, options, faults))
 
-  registerPaymentRoutes(app, { pool, provider, faults, execution })
+  const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
+  registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
   if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
 
@@ -107,15 +116,13 @@ async function withIdempotency(app: FastifyInstance, engine: Engine): Promise<Pa
   await app.register(idempotency, { engine, tenant: (request) => request.tenant })
   return {
     routeConfig: { idempotency: { required: true } },
-    run: (request, work) => {
-      const { tx, key, stepKey } = request.idempotency
-      return work({ tx, key, stepKey: (step) => stepKey(step) })
-    },
+    run: (request, work) => work(request.idempotency),
   }
 }
 
-// Chaos only (ONCELY_UNSAFE_DISABLE_IDEMPOTENCY=1): a plain transaction and a fresh provider key per attempt,
-// which is what an API without idempotency does. The chaos suite uses it to prove its checker sees duplicates.
+// Chaos only (ONCELY_UNSAFE_DISABLE_IDEMPOTENCY=1): a plain transaction, a fresh provider key per attempt and no
+// recovery point, which is what an API without idempotency does. The chaos suite uses it to prove its checker sees
+// duplicates.
 function withoutIdempotency(pool: pg.Pool): PaymentExecutionSource {
   return {
     routeConfig: {},
@@ -126,8 +133,14 @@ function withoutIdempotency(pool: pg.Pool): PaymentExecutionSource {
         const key = request.headers['idempotency-key']
         const result = await work({
           tx,
-          key: typeof key === 'string' ? key : undefined,
+          scope: request.tenant,
+          operation: 'POST /v1/payments',
+          key: typeof key === 'string' ? key : '',
+          attempt: 1,
+          recoveryPoint: null,
+          saveRecoveryPoint: async () => true,
           stepKey: (step) => `${randomUUID()}:${step}`,
+          signal: new AbortController().signal,
         })
         await tx.query('COMMIT')
         return result

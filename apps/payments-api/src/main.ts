@@ -35,12 +35,16 @@ if (databaseUrl === undefined) {
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 })
 // An idle client's error (Postgres restarted) must not crash the process; the next query reconnects.
 pool.on('error', (error) => console.error(`payments-api: idle database connection lost: ${error.message}`))
+// The payment steps' own transactions: a request holds a `pool` connection for its business transaction while its
+// charge step takes one from here, so a burst that fills `pool` cannot leave every request waiting on the other.
+const stepsPool = new pg.Pool({ connectionString: databaseUrl, max: 10 })
+stepsPool.on('error', () => {})
 const providerPool = new pg.Pool({ connectionString: databaseUrl, max: 5 })
 providerPool.on('error', () => {})
 
 async function shutdown(code: number): Promise<never> {
   await app?.close().catch(() => {})
-  await Promise.allSettled([pool.end(), providerPool.end()])
+  await Promise.allSettled([pool.end(), stepsPool.end(), providerPool.end()])
   await embedded?.stop()
   process.exit(code)
 }
@@ -61,6 +65,7 @@ try {
   if (applied.length > 0) console.log(`payments-api: applied migrations ${applied.join(', ')}`)
   app = await buildApp({
     pool,
+    stepsPool,
     // The provider is another system: its own connections, never the API's transaction.
     provider: createProvider({ pool: providerPool, ...config.provider }),
     leaseMs: config.leaseMs,

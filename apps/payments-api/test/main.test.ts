@@ -1,6 +1,7 @@
 /**
  * The real entry point as a child process: configuration errors, and a SIGKILL from a chaos crash point between
- * the provider call and the commit, after which a retry with the same key takes over the lease and charges once.
+ * the charge step and the commit, after which a retry with the same key takes over the lease, resumes from the
+ * recovery point and charges once.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
@@ -9,7 +10,7 @@ import { createInterface } from 'node:readline'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { prepareDatabase } from '../src/database.js'
-import { count } from './support/app.js'
+import { count, recoveryPoint } from './support/app.js'
 
 const MAIN = path.resolve(import.meta.dirname, '../src/main.ts')
 
@@ -83,9 +84,12 @@ describe('main', () => {
     })
     await expect(pay(crashing.url, key)).rejects.toThrow()
     expect(await crashing.exited).toEqual({ code: null, signal: 'SIGKILL' })
-    // The provider took the charge; the API's transaction died with the process.
+    // The provider took the charge and the charge step committed it as the key's recovery point; the business
+    // transaction died with the process.
     expect(await count(db.pool, 'provider_charges', ['tenant_id', 'crash'])).toBe(1)
     expect(await count(db.pool, 'payments', ['tenant_id', 'crash'])).toBe(0)
+    const point = await recoveryPoint(db.pool, 'crash', key)
+    expect(point).toMatchObject({ step: 'charge', state: { chargeId: expect.stringMatching(/^ch_/) } })
 
     const healthy = await start({ DATABASE_URL: db.url, ONCELY_LEASE_MS: '500' })
     try {
@@ -95,6 +99,8 @@ describe('main', () => {
         res = await pay(healthy.url, key)
       }
       expect(res.status).toBe(201)
+      // Resumed from the recovery point: the payment carries the charge taken before the crash.
+      expect((await res.json()).chargeId).toBe(point?.state.chargeId)
       expect(await count(db.pool, 'provider_charges', ['tenant_id', 'crash'])).toBe(1)
       expect(await count(db.pool, 'payments', ['tenant_id', 'crash'])).toBe(1)
     } finally {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import type pg from 'pg'
+import type { Provider } from '../../src/provider.js'
 
 /** A provider randomness source that replays queued draws, then never fails (draws 0.99). */
 export function queuedRandom(): { random: () => number; queue: number[] } {
@@ -37,4 +38,30 @@ export async function count(
     where ? [where[1]] : [],
   )
   return Number(rows[0]!.n)
+}
+
+/** Wraps a provider to count `charge` calls per step key (charges taken are in `provider_charges`). */
+export function countingProvider(provider: Provider): Provider & { calls: Map<string, number> } {
+  const calls = new Map<string, number>()
+  return {
+    calls,
+    charge: (request) => {
+      calls.set(request.stepKey, (calls.get(request.stepKey) ?? 0) + 1)
+      return provider.charge(request)
+    },
+    countCharges: (filter) => provider.countCharges(filter),
+  }
+}
+
+/** The recovery point `steps()` saved on a key, parsed, or null. */
+export async function recoveryPoint(
+  pool: pg.Pool,
+  tenant: string,
+  key: string,
+): Promise<{ step: string; state: Record<string, unknown> } | null> {
+  const { rows } = await pool.query<{ recovery_point: string | null }>(
+    'SELECT recovery_point FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2',
+    [tenant, key],
+  )
+  return rows[0]?.recovery_point ? JSON.parse(rows[0].recovery_point) : null
 }
