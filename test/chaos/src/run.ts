@@ -4,7 +4,7 @@
  * reports. docs/chaos.md describes the model.
  */
 import { spawn } from 'node:child_process'
-import { createWriteStream, mkdirSync, rmSync } from 'node:fs'
+import { createWriteStream, mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -91,11 +91,19 @@ export async function run(
       SERVER_CRASH_POINTS.filter((point) => enabled.has(`crash-${point}`)),
       { firstPass: SERVER_CRASH_POINTS.length * options.servers, firstRate: 0.25 },
     )
-    const crashEnv = (): Record<string, string> => {
-      const armed = healed ? undefined : armServer()
-      return armed
-        ? { ONCELY_CRASH_AT: armed.point, ONCELY_CRASH_RATE: String(armed.rate) }
-        : { ONCELY_CRASH_AT: '' }
+    // A server keeps its arm until that point fires: restarts for other reasons (Postgres down at boot) must not
+    // skip points.
+    const arms = new Map<number, { point: string; rate: number; fired: boolean }>()
+    const crashEnv = (i: number): Record<string, string> => {
+      if (healed) return { ONCELY_CRASH_AT: '' }
+      let arm = arms.get(i)
+      if (!arm || arm.fired) {
+        const next = armServer()
+        if (!next) return { ONCELY_CRASH_AT: '' }
+        arm = { ...next, fired: false }
+        arms.set(i, arm)
+      }
+      return { ONCELY_CRASH_AT: arm.point, ONCELY_CRASH_RATE: String(arm.rate) }
     }
     const servers: ManagedProcess[] = []
     const supervised = new Set<ManagedProcess>()
@@ -121,13 +129,13 @@ export async function run(
           ONCELY_PROVIDER_DELAY_MS: healed ? '0' : '100',
           ONCELY_CHAOS: '1',
           ONCELY_CHAOS_SEED: String(serverRandom.int(0, 0xffff_ffff)),
-          ...crashEnv(),
+          ...crashEnv(i),
           // A handler stalled past its lease while alive (a GC pause, a slow disk): the other fencing case.
           ...(enabled.has('stall-server') && !healed
             ? {
                 ONCELY_DELAY_AT: 'after-provider',
                 ONCELY_DELAY_MS: String(LEASE_MS + 1500),
-                ONCELY_DELAY_RATE: '0.05',
+                ONCELY_DELAY_RATE: '0.1',
               }
             : {}),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
@@ -135,7 +143,11 @@ export async function run(
         }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
-          if (crash) fault(name, `crash-${crash[1]}`, name)
+          if (crash) {
+            fault(name, `crash-${crash[1]}`, name)
+            const arm = arms.get(i)
+            if (arm) arm.fired = true
+          }
           if (/^ONCELY_CHAOS delay /.test(line)) fault(name, 'stall-server', name)
         },
         onExit: ({ code, signal, pid }) => {
@@ -347,7 +359,11 @@ export async function run(
       finishedAt: new Date(),
     })
     writeReport(options.report, report)
-    if (!report.valid) await dump(db.url, join(options.runDir, 'dump.sql'), log)
+    if (!report.valid) {
+      // The ledger as the checker saw it, always; a full pg_dump when the local pg_dump matches the server.
+      writeFileSync(join(options.runDir, 'ledger.json'), `${JSON.stringify(finalDb, null, 2)}\n`)
+      await dump(db.url, join(options.runDir, 'dump.sql'), log)
+    }
     passed = report.valid
     return report
   } finally {
@@ -366,7 +382,7 @@ type Command =
   | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
 
 /**
- * Sends the plan in order, one every `spacingMs`. A probe waits (up to 40 turns) until its original has settled, so
+ * Sends the plan in order, one every `spacingMs`. A probe waits (up to 200 turns) until its original has settled, so
  * the key is already taken when it arrives: a probe that overtook its original would itself be the first use of
  * the key, and the original would rightly be the one refused.
  */
@@ -399,7 +415,7 @@ async function dispatch(
       }
       if (key && io.send(intent, command)) {
         io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
-      } else if (++item.tries < 40) {
+      } else if (++item.tries < 200) {
         queue.push(item)
       }
     }
@@ -420,15 +436,21 @@ async function freePort(): Promise<number> {
   return port
 }
 
-/** Keeps a failing run's database as SQL next to its history. */
+/** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */
 async function dump(url: string, file: string, log: (line: string) => void): Promise<void> {
   await new Promise<void>((resolve) => {
-    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'inherit'] })
-    child.stdout.pipe(createWriteStream(file))
-    child.on('error', (error) => {
-      log(`could not dump the database (${error.message}); the history is still in the run directory`)
-      resolve()
+    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk
     })
-    child.on('exit', () => resolve())
+    child.stdout.pipe(createWriteStream(file))
+    const fail = (why: string) => {
+      rmSync(file, { force: true })
+      log(`no dump.sql (${why.trim().split('\n')[0]}); ledger.json holds the rows the checker read`)
+      resolve()
+    }
+    child.on('error', (error) => fail(error.message))
+    child.on('exit', (code) => (code === 0 ? resolve() : fail(stderr || `pg_dump exited with ${code}`)))
   })
 }
