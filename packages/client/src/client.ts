@@ -210,7 +210,7 @@ export function createClient(options: ClientOptions): OncelyClient {
       const outcomes = await Promise.all(
         records.map(async (record): Promise<ResumeOutcome | undefined> => {
           if (record.state === 'settled' || record.state === 'failed') {
-            if ((record.keepUntil ?? 0) <= now) await store.delete(record.id)
+            if ((record.keepUntil ?? 0) <= now) await store.delete(record.id, { durable: false })
             return undefined
           }
           if (record.state === 'expired') return undefined

@@ -43,7 +43,8 @@ export async function drive(
   let record = initial
   const save = async (patch: Partial<IntentRecord>): Promise<void> => {
     const next = { ...record, ...patch, version: record.version + 1 }
-    await ctx.store.set(next)
+    // Not flushed: if lost in a crash, the durable write-ahead record is resent with the same key and replayed.
+    await ctx.store.set(next, { durable: false })
     record = next
   }
   const started = ctx.timers.now()
@@ -202,7 +203,7 @@ async function finish(
   lastError?: IntentRecord['lastError'],
 ): Promise<void> {
   if (record.id === record.key || ctx.settledTtlMs === 0) {
-    await ctx.store.delete(record.id)
+    await ctx.store.delete(record.id, { durable: false })
     return
   }
   await save({

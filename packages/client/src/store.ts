@@ -14,20 +14,33 @@ export type StoreEventSink = <E extends keyof StoreEvents>(event: E, payload: St
 /** The result of {@link IntentStore.exclusive}. */
 export type ExclusiveResult<T> = { acquired: true; value: T } | { acquired: false }
 
+/** How {@link IntentStore.set} and {@link IntentStore.delete} may write. */
+export interface WriteOptions {
+  /**
+   * `false` when losing this write in a crash is harmless, because the record it replaces is already durable and
+   * resending it reuses the same key (attempt counters, outcomes, the delete after a one-off intent settled). A
+   * store may then skip flushing to disk, but a crash must still leave the previous or the new record, never a
+   * torn one. The client passes `false` for every write after the write-ahead one.
+   * @default true
+   */
+  durable?: boolean
+}
+
 /**
  * Where intents live between attempts, reloads and restarts. Implement these four methods to plug in any storage;
  * records are plain JSON values.
  *
- * Rules: `set` must be durable when its promise resolves (the client sends nothing before that); `get` and `list`
+ * Rules: `set` must be durable when its promise resolves (the client sends nothing before that), unless called
+ * with `{ durable: false }` (see {@link WriteOptions}; a store may ignore it and always write durably); `get` and `list`
  * must skip or quarantine corrupt entries rather than throw; all methods may be called concurrently.
  */
 export interface IntentStore {
   /** The record with this id, or `undefined`. */
   get(id: string): Promise<IntentRecord | undefined>
   /** Inserts or replaces the record with `record.id`. */
-  set(record: IntentRecord): Promise<void>
+  set(record: IntentRecord, options?: WriteOptions): Promise<void>
   /** Removes the record; a missing record is not an error. */
-  delete(id: string): Promise<void>
+  delete(id: string, options?: WriteOptions): Promise<void>
   /** Every record, in any order. */
   list(): Promise<IntentRecord[]>
   /**

@@ -24,9 +24,13 @@ export interface FileStoreOptions {
 const QUARANTINE = 'quarantine'
 
 /**
- * Keeps intents as files for Node: each write goes to a temporary file that is fsynced, renamed over the old one,
- * and the directory fsynced, so a crash at any instant leaves either the old or the new record, never a torn one.
- * Unreadable files are moved to `<dir>/quarantine/` with a `quarantined` event instead of crashing the client.
+ * Keeps intents as files for Node. Each intent has a write-ahead file, written before anything is sent: a
+ * temporary file that is fsynced, renamed over the old one, and the directory fsynced. Later writes (attempt
+ * counters, outcomes; `{ durable: false }`) go to a second file the same way but without the fsyncs, so they cost
+ * no disk flush: a crash may lose them, or even leave that second file torn on some file systems, and the intent
+ * then reads as its write-ahead version, which `resume()` resends with the same key for the server to replay.
+ * Unreadable write-ahead files are moved to `<dir>/quarantine/` with a `quarantined` event instead of crashing
+ * the client.
  *
  * @example
  * import { fileStore } from '@oncely/client/node'
@@ -52,6 +56,8 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   // Ids can hold any character; a hash makes a safe, fixed-length file name.
   const fileOf = (id: string) =>
     join(dir, `${createHash('sha256').update(id).digest('hex').slice(0, 40)}.json`)
+  // The newer, unflushed version of a record (see the doc comment above).
+  const laterOf = (file: string) => file.replace(/\.json$/, '.later')
 
   const syncDir = async () => {
     const handle = await open(dir, 'r')
@@ -96,18 +102,32 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     return value
   }
 
-  const write = async (file: string, text: string) => {
+  // The write-ahead record, replaced by its later version when that one is whole and newer. A later version is
+  // expected to be torn or stale after a crash, so it is ignored rather than quarantined.
+  const readLatest = async (file: string, expectedId?: string): Promise<IntentRecord | undefined> => {
+    const base = await read(file, expectedId)
+    if (!base) return undefined
+    let later: unknown
+    try {
+      later = JSON.parse(await readFile(laterOf(file), 'utf8'))
+    } catch {
+      return base // missing, unreadable or torn: the write-ahead version stands
+    }
+    return isIntentRecord(later) && later.id === base.id && isNewer(later, base) ? later : base
+  }
+
+  const write = async (file: string, text: string, durable: boolean) => {
     const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`
     try {
       const handle = await open(tmp, 'w')
       try {
         await handle.writeFile(text)
-        await handle.sync()
+        if (durable) await handle.sync()
       } finally {
         await handle.close()
       }
       await rename(tmp, file)
-      await syncDir()
+      if (durable) await syncDir()
     } catch (error) {
       await unlink(tmp).catch(() => {})
       throw toStorageError(error)
@@ -142,25 +162,31 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     },
     async get(id) {
       await ensureDir()
-      return read(fileOf(id), id)
+      return readLatest(fileOf(id), id)
     },
-    async set(record) {
+    async set(record, options) {
       await ensureDir()
-      await write(fileOf(record.id), JSON.stringify(record))
+      const file = fileOf(record.id)
+      if (options?.durable === false) return write(laterOf(file), JSON.stringify(record), false)
+      // A stale later version must not shadow this one; the directory fsync below makes the unlink durable too.
+      await removeIfPresent(laterOf(file))
+      await write(file, JSON.stringify(record), true)
     },
-    async delete(id) {
+    async delete(id, options) {
       await ensureDir()
-      try {
-        await unlink(fileOf(id))
-        await syncDir()
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw toStorageError(error)
+      const file = fileOf(id)
+      await removeIfPresent(laterOf(file))
+      await removeIfPresent(file)
+      if (options?.durable !== false) {
+        await syncDir().catch((error) => {
+          throw toStorageError(error)
+        })
       }
     },
     async list() {
       await ensureDir()
       const names = (await readdir(dir)).filter((name) => name.endsWith('.json'))
-      const records = await Promise.all(names.map((name) => read(join(dir, name))))
+      const records = await Promise.all(names.map((name) => readLatest(join(dir, name))))
       return records.filter((record): record is IntentRecord => record !== undefined)
     },
     async exclusive<T>(id: string, fn: () => Promise<T>): Promise<ExclusiveResult<T>> {
@@ -168,7 +194,9 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       const lock = lockOf(id)
       if (!(await takeLock(lock))) return { acquired: false }
       const renew = setInterval(() => {
-        void write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs })).catch(() => {})
+        void write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs }), false).catch(
+          () => {},
+        )
       }, leaseMs / 3)
       renew.unref()
       try {
@@ -178,6 +206,18 @@ export function fileStore(options: FileStoreOptions): IntentStore {
         await unlink(lock).catch(() => {})
       }
     },
+  }
+}
+
+function isNewer(a: IntentRecord, b: IntentRecord): boolean {
+  return a.createdAt > b.createdAt || (a.createdAt === b.createdAt && a.version > b.version)
+}
+
+async function removeIfPresent(file: string): Promise<void> {
+  try {
+    await unlink(file)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw toStorageError(error)
   }
 }
 
