@@ -10,6 +10,7 @@ import type { ClientEvents } from './events.js'
 import type { IntentRecord, PendingIntent } from './intent.js'
 import { deriveKey, randomKey } from './keys.js'
 import { type ClientOptions, resolveOptions } from './options.js'
+import { mapLimit } from './pool.js'
 import { httpErrorFor, type OncelyResponse, parseData } from './response.js'
 import type { IntentStore } from './store.js'
 import { defaultStore } from './stores/default.js'
@@ -61,7 +62,10 @@ export interface OncelyClient {
   ) => Promise<OncelyResponse<T>>
   /** Intents not confirmed yet (pending, or expired with an unknown outcome). */
   pending(): Promise<PendingIntent[]>
-  /** Re-drives every pending intent with its original key and bytes; returns each outcome. */
+  /**
+   * Re-drives every pending intent with its original key and bytes, oldest first and at most `resumeConcurrency`
+   * at a time; returns each outcome. An intent that fails does not stop the others.
+   */
   resume(): Promise<ResumeOutcome[]>
   /** Forgets an intent (for example after reconciling an expired one). */
   discard(id: string): Promise<void>
@@ -205,12 +209,17 @@ export function createClient(options: ClientOptions): OncelyClient {
   let resuming: Promise<ResumeOutcome[]> | undefined
   const resume = (): Promise<ResumeOutcome[]> => {
     resuming ??= (async () => {
-      const records = await store.list()
+      // Oldest first, a few at a time: thousands of intents left by an outage must not arrive as one burst.
+      const records = (await store.list()).sort((a, b) => a.createdAt - b.createdAt)
       const now = timers.now()
-      const outcomes = await Promise.all(
-        records.map(async (record): Promise<ResumeOutcome | undefined> => {
+      const outcomes = await mapLimit(
+        records,
+        resolved.resumeConcurrency,
+        async (record): Promise<ResumeOutcome | undefined> => {
           if (record.state === 'settled' || record.state === 'failed') {
-            if ((record.keepUntil ?? 0) <= now) await store.delete(record.id, { durable: false })
+            // Housekeeping only: a failed delete is retried by the next resume().
+            if ((record.keepUntil ?? 0) <= now)
+              await store.delete(record.id, { durable: false }).catch(() => {})
             return undefined
           }
           if (record.state === 'expired') return undefined
@@ -225,7 +234,7 @@ export function createClient(options: ClientOptions): OncelyClient {
           } catch (error) {
             return { ...base, outcome: 'failed', error }
           }
-        }),
+        },
       )
       return outcomes.filter((outcome): outcome is ResumeOutcome => outcome !== undefined)
     })().finally(() => {

@@ -73,6 +73,12 @@ export interface ClientOptions {
    */
   resumeOnStart?: boolean
   /**
+   * How many intents `resume()` sends at once (each with its own retries); the rest wait their turn, oldest first,
+   * so a backlog left by an outage does not hit the server as one burst.
+   * @default 4
+   */
+  resumeConcurrency?: number
+  /**
    * In browsers, calls `resume()` on the `online` event and when the page becomes visible. Removed by `close()`.
    * @default true
    */
@@ -100,6 +106,7 @@ export interface ResolvedOptions {
   timeoutMs: number | false
   intentTtlMs: number
   settledTtlMs: number
+  resumeConcurrency: number
 }
 
 function check(name: string, value: unknown, fallback: number, min: number): number {
@@ -154,6 +161,10 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
     maxElapsedMs: check('retry.maxElapsedMs', r.maxElapsedMs, 120_000, 0),
     maxRetryAfterMs: check('retry.maxRetryAfterMs', r.maxRetryAfterMs, 60_000, 0),
   }
+  const resumeConcurrency = check('resumeConcurrency', options.resumeConcurrency, 4, 1)
+  if (!Number.isInteger(resumeConcurrency)) {
+    throw new TypeError(`Expected \`resumeConcurrency\` to be an integer, got ${resumeConcurrency}`)
+  }
   const timeoutMs = options.timeoutMs === false ? false : check('timeoutMs', options.timeoutMs, 30_000, 1)
   return {
     baseUrl,
@@ -161,5 +172,6 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
     timeoutMs,
     intentTtlMs: check('intentTtlMs', options.intentTtlMs, 23 * 60 * 60 * 1000, 1),
     settledTtlMs: check('settledTtlMs', options.settledTtlMs, 10 * 60 * 1000, 0),
+    resumeConcurrency,
   }
 }
