@@ -66,6 +66,15 @@ export async function run(
     await postgres.start()
     process.env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
   }
+  // Ctrl-C or a CI timeout: stop every process this run started before exiting, so nothing is left behind.
+  const onSignal = () => {
+    shuttingDown = true
+    void Promise.allSettled([...cleanup.map((fn) => fn()), postgres?.dispose()]).finally(() =>
+      process.exit(130),
+    )
+  }
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
   const db = await createTestDatabase('chaos').finally(() => {
     process.env.DATABASE_URL = sharedUrl
   })
@@ -310,6 +319,7 @@ export async function run(
     })
     await dispatch(plan, {
       spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
+      probeDeadline: faultPhase + options.durationMs,
       keys,
       settled,
       send: (intent, command) => workers[intent.worker]!.send(JSON.stringify(command)),
@@ -367,6 +377,8 @@ export async function run(
     passed = report.valid
     return report
   } finally {
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
     shuttingDown = true
     for (const fn of cleanup.reverse()) await fn().catch(() => {})
     history.close()
@@ -382,21 +394,23 @@ type Command =
   | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
 
 /**
- * Sends the plan in order, one every `spacingMs`. A probe waits (up to 200 turns) until its original has settled, so
- * the key is already taken when it arrives: a probe that overtook its original would itself be the first use of
- * the key, and the original would rightly be the one refused.
+ * Sends the plan in order, one every `spacingMs`. A probe waits until its original has settled, so the key is
+ * already taken when it arrives (a probe that overtook its original would itself be the first use of the key, and
+ * the original would rightly be the one refused); a probe whose original has not settled by `probeDeadline` is
+ * dropped, so a hard fault mix cannot stretch the fault phase.
  */
 async function dispatch(
   plan: PlannedIntent[],
   io: {
     spacingMs: number
+    probeDeadline: number
     keys: ReadonlyMap<string, string>
     settled: ReadonlySet<string>
     send(intent: PlannedIntent, command: Command): boolean
     probeSent(intent: PlannedIntent, kind: 'changed-payload' | 'reordered-payload'): void
   },
 ): Promise<void> {
-  const queue = plan.map((intent) => ({ intent, tries: 0 }))
+  const queue = plan.map((intent) => ({ intent }))
   while (queue.length > 0) {
     const item = queue.shift()!
     const { intent } = item
@@ -415,7 +429,7 @@ async function dispatch(
       }
       if (key && io.send(intent, command)) {
         io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
-      } else if (++item.tries < 200) {
+      } else if (Date.now() < io.probeDeadline) {
         queue.push(item)
       }
     }
