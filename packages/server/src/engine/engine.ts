@@ -1,10 +1,12 @@
 import { createHash, randomUUID } from 'node:crypto'
+import { performance } from 'node:perf_hooks'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
 import * as q from '../store/queries.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
 import { checkInput, positiveInteger, resolveOptions } from './options.js'
+import { ReplayCache } from './replay-cache.js'
 import { normalizeResponse } from './response.js'
 import type {
   Engine,
@@ -37,6 +39,18 @@ function onPoolError(pool: pg.Pool, listener: (error: Error) => void): void {
   listeners.add(listener)
 }
 
+/** Local instants taken just before a statement was sent: the start of a database-measured remaining lifetime. */
+interface Sent {
+  at: number
+  wall: number
+}
+
+/** What a finished record answers with. */
+interface Finished {
+  fingerprint: string
+  response: StoredResponse
+}
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** A deterministic per-step key: SHA-256 over the canonical JSON of [scope, operation, key, step]. */
@@ -55,8 +69,9 @@ function storedFromRow(row: q.LookupRow): StoredResponse {
 }
 
 /**
- * Creates the idempotency engine: reserve (one autocommit statement), run the handler in a business transaction,
- * complete the key with a fenced UPDATE in that same transaction, COMMIT; or answer from the record.
+ * Creates the idempotency engine: reserve (one autocommit statement), run the handler in a business transaction on
+ * the same connection, complete the key with a fenced UPDATE in that transaction, COMMIT; or answer from the
+ * record (or from the in-process cache of finished records).
  *
  * @example
  * const engine = createEngine({ store: postgresStore({ pool }) })
@@ -75,18 +90,28 @@ export function createEngine(options: EngineOptions): Engine {
   }
   onPoolError(pool, (error) => emit({ type: 'store_error', error }))
 
+  const cache = config.replayCache
+    ? new ReplayCache(config.replayCache.maxEntries, config.replayCache.maxBytes)
+    : undefined
+
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
     const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
+    const cached = cache?.get(id)
+    if (cached) return finished(id, input.fingerprint, cached, false)
     const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
     let pollMs = 25
     for (let round = 0; ; ) {
       const token = randomUUID()
       let reserved: q.ReserveRow | undefined
       let row: q.LookupRow | undefined
+      // One connection per attempt: the reservation runs on the client that then runs the business transaction.
+      let client: pg.PoolClient | undefined
+      const sent: Sent = { at: performance.now(), wall: Date.now() }
       try {
+        client = await pool.connect()
         const headers = input.requestHeaders ?? null
-        const result = await pool.query<q.ReserveRow>(
+        const result = await client.query<q.ReserveRow>(
           q.reserve(names, id, input.fingerprint, token, leaseMs, retentionMs, headers),
         )
         reserved = result.rows[0]
@@ -94,17 +119,20 @@ export function createEngine(options: EngineOptions): Engine {
           // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
           row =
             reserved.status === null
-              ? (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+              ? (await client.query<q.LookupRow>(q.lookup(names, id))).rows[0]
               : (reserved as q.LookupRow)
         }
       } catch (error) {
+        client?.release(error as Error)
         emit({ type: 'store_error', error, ...id })
         if (input.failOpen) return failOpen(input)
         return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
       }
-      if (reserved?.reserved) return run(input, id, token, reserved)
+      if (reserved?.reserved) return run(input, id, token, reserved, client, sent)
+      client.release()
       const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
       if (row && !row.expired && row.fingerprint !== input.fingerprint) {
+        if (row.status === 'succeeded' || row.status === 'failed_permanent') remember(id, row, sent)
         emit({ type: 'mismatch', ...id })
         return { kind: 'mismatch' }
       }
@@ -123,10 +151,25 @@ export function createEngine(options: EngineOptions): Engine {
         emit({ type: 'conflict', retryAfterMs, ...id })
         return { kind: 'in_progress', retryAfterMs, fencedOut: false }
       }
-      const response = storedFromRow(row as q.LookupRow)
-      emit({ type: 'replayed', status: response.status, ...id })
-      return { kind: 'replayed', response, fencedOut: false }
+      return finished(id, input.fingerprint, remember(id, row as q.LookupRow, sent), false)
     }
+  }
+
+  /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
+  function finished(id: q.RecordId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
+    if (record.fingerprint !== fingerprint) {
+      emit({ type: 'mismatch', ...id })
+      return { kind: 'mismatch' }
+    }
+    emit({ type: 'replayed', status: record.response.status, ...id })
+    return { kind: 'replayed', response: record.response, fencedOut }
+  }
+
+  /** Turns a finished row into a response and remembers it until (conservatively before) it expires. */
+  function remember(id: q.RecordId, row: q.LookupRow, sent: Sent): Finished {
+    const record = { fingerprint: row.fingerprint, response: storedFromRow(row) }
+    cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall)
+    return record
   }
 
   async function run(
@@ -134,22 +177,28 @@ export function createEngine(options: EngineOptions): Engine {
     id: q.RecordId,
     token: string,
     reserved: q.ReserveRow,
+    reservedOn: pg.PoolClient,
+    sent: Sent,
   ): Promise<Outcome> {
     const attempt = reserved.attempts ?? 1
     // `status` and `expired` describe the row this reservation replaced (as the statement's snapshot saw it).
     if (reserved.expired) emit({ type: 'expired', ...id })
     else if (reserved.status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
     emit({ type: 'reserved', attempt, ...id })
-    await hooks.afterReserve?.({ ...id, attempt })
+    let client = reservedOn
+    if (hooks.afterReserve) {
+      // A pausing hook must not hold a connection (tests pause many attempts on small pools).
+      client.release()
+      await hooks.afterReserve({ ...id, attempt })
+      try {
+        client = await pool.connect()
+      } catch (error) {
+        return storeFailed(id, token, error)
+      }
+    }
 
     const started = Date.now()
     const abort = new AbortController()
-    let client: pg.PoolClient
-    try {
-      client = await pool.connect()
-    } catch (error) {
-      return storeFailed(id, token, error)
-    }
     let broken: Error | undefined
     const onClientError = (error: Error) => {
       broken = error
@@ -236,6 +285,9 @@ export function createEngine(options: EngineOptions): Engine {
         broken ??= error as Error
         return storeFailed(id, token, error)
       }
+      if (reserved.reserved_expires_in_ms !== null) {
+        cache?.set(id, input.fingerprint, response, reserved.reserved_expires_in_ms, sent.at, sent.wall)
+      }
       emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
       await hooks.afterCommit?.({ ...id, attempt })
       return { kind: 'executed', response, status, attempt }
@@ -293,6 +345,7 @@ export function createEngine(options: EngineOptions): Engine {
   async function fencedOut(id: q.RecordId, attempt: number): Promise<Outcome> {
     emit({ type: 'fenced_out', attempt, ...id })
     let row: q.LookupRow | undefined
+    const sent: Sent = { at: performance.now(), wall: Date.now() }
     try {
       row = (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
     } catch (error) {
@@ -300,7 +353,7 @@ export function createEngine(options: EngineOptions): Engine {
       return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
     }
     if (row && (row.status === 'succeeded' || row.status === 'failed_permanent')) {
-      const response = storedFromRow(row)
+      const { response } = remember(id, row, sent)
       emit({ type: 'replayed', status: response.status, ...id })
       return { kind: 'replayed', response, fencedOut: true }
     }

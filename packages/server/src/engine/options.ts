@@ -15,6 +15,22 @@ export interface ResolvedOptions {
   unavailableRetryAfterMs: number
   replayHeaders: ReadonlySet<string>
   fenced: boolean
+  /** Bounds of the replay cache, or null when it is off. */
+  replayCache: { maxEntries: number; maxBytes: number } | null
+}
+
+function resolveReplayCache(
+  value: EngineOptions['replayCache'],
+  fenced: boolean,
+): ResolvedOptions['replayCache'] {
+  if (value === false) return null
+  if (value !== undefined && (typeof value !== 'object' || value === null)) {
+    throw new TypeError('Expected `replayCache` to be false or an object.')
+  }
+  const maxEntries = positiveInteger('replayCache.maxEntries', value?.maxEntries ?? 10_000)
+  const maxBytes = positiveInteger('replayCache.maxBytes', value?.maxBytes ?? 16_777_216)
+  // Without fencing a finished record can be overwritten (that is what the chaos run must catch): cache nothing.
+  return fenced ? { maxEntries, maxBytes } : null
 }
 
 function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = ''): void {
@@ -43,6 +59,7 @@ export function resolveOptions(options: EngineOptions): ResolvedOptions {
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new TypeError('Expected `onEvent` to be a function.')
   }
+  const fenced = options.unsafe?.disableFencing !== true
   return {
     leaseMs,
     retentionMs,
@@ -52,7 +69,8 @@ export function resolveOptions(options: EngineOptions): ResolvedOptions {
       options.unavailableRetryAfterMs ?? 1_000,
     ),
     replayHeaders,
-    fenced: options.unsafe?.disableFencing !== true,
+    fenced,
+    replayCache: resolveReplayCache(options.replayCache, fenced),
   }
 }
 

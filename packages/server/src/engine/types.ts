@@ -1,5 +1,6 @@
 import type pg from 'pg'
 import type { PostgresStore } from '../store/postgres-store.js'
+import type { ReplayCacheOptions } from './replay-cache.js'
 
 /** A response as the engine stores and replays it. */
 export interface StoredResponse {
@@ -200,6 +201,18 @@ export interface EngineOptions {
    * @default 1_000
    */
   unavailableRetryAfterMs?: number
+  /**
+   * An in-process LRU of finished responses (succeeded or failed_permanent), so a replay or a 422 on a key this
+   * process has seen costs no database round trip. Safe with many instances: a finished record cannot change until
+   * it expires, and an entry is evicted conservatively before the record's `expires_at` (its remaining lifetime is
+   * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). Only
+   * records deleted or edited by hand before they expire would be answered from a stale entry: use `false` if you
+   * do that. Off when `unsafe.disableFencing` is set.
+   * @default { maxEntries: 10_000, maxBytes: 16_777_216 }
+   * @example
+   * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024 } })
+   */
+  replayCache?: ReplayCacheOptions | false
   /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */
   onEvent?: (event: EngineEvent) => void
   /** Fault-injection points for tests and chaos runs. Do not use in production code paths. */

@@ -1,10 +1,37 @@
 // Every statement the engine sends, as small functions returning { text, values } with $n parameters only. The
 // table name is quoted once, in tableNames(); all times come from the database clock (now()).
+import { createHash } from 'node:crypto'
 import type { TableNames } from './identifiers.js'
 
 export interface Query {
+  /**
+   * Set on the hot statements: node-postgres then prepares the statement once per connection and Postgres reuses
+   * its plan, instead of parsing and planning it again on every request (planning cost as much as executing).
+   */
+  name?: string
   text: string
   values: unknown[]
+}
+
+// A prepared statement's name must be unique per text on a connection (node-postgres refuses a known name with
+// another text), so it is derived from the text itself: two stores on different tables, or the unfenced completion,
+// get different names, well under Postgres' 63-byte limit. The texts depend only on the table, so each is built,
+// hashed and named once per TableNames.
+const memo = new WeakMap<TableNames, Map<string, { name: string; text: string }>>()
+function statement(names: TableNames, kind: string, build: () => string): { name: string; text: string } {
+  let texts = memo.get(names)
+  if (!texts) {
+    texts = new Map()
+    memo.set(names, texts)
+  }
+  let found = texts.get(kind)
+  if (!found) {
+    const text = build()
+    const name = `oncely_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`
+    found = { name, text }
+    texts.set(kind, found)
+  }
+  return found
 }
 
 export interface RecordId {
@@ -15,6 +42,7 @@ export interface RecordId {
 
 const PK = 'scope = $1 AND operation = $2 AND key = $3'
 const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
+  (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
   greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
   response_status, response_headers, response_body`
 
@@ -46,8 +74,10 @@ export function reserve(
   requestHeaders: Record<string, string> | null,
 ): Query {
   const t = names.qualified
-  return {
-    text: `WITH existing AS (
+  const prepared = statement(
+    names,
+    'reserve',
+    () => `WITH existing AS (
   SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
 ), reserved AS (
   INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
@@ -73,25 +103,32 @@ export function reserve(
   WHERE k.expires_at <= now()
      OR (k.fingerprint = excluded.fingerprint
          AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
-  RETURNING k.attempts, k.recovery_point
+  RETURNING k.attempts, k.recovery_point,
+    (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
 )
-SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, e.*,
+SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
   set_config('synchronous_commit', 'off', true) AS async_commit
 FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`,
+  )
+  return {
+    ...prepared,
     values: [id.scope, id.operation, id.key, fingerprint, token, leaseMs, retentionMs, requestHeaders],
   }
 }
 
 /** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
-export type ReserveRow = { reserved: boolean; attempts: number | null; recovery_point: string | null } & (
-  | LookupRow
-  | { [K in keyof LookupRow]: null }
-)
+export type ReserveRow = {
+  reserved: boolean
+  attempts: number | null
+  recovery_point: string | null
+  /** Milliseconds from the statement's `now()` until the reserved row expires (null when not reserved). */
+  reserved_expires_in_ms: number | null
+} & (LookupRow | { [K in keyof LookupRow]: null })
 
 /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
 export function lookup(names: TableNames, id: RecordId): Query {
   return {
-    text: `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`,
+    ...statement(names, 'lookup', () => `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`),
     values: [id.scope, id.operation, id.key],
   }
 }
@@ -100,6 +137,8 @@ export interface LookupRow {
   fingerprint: string
   status: 'in_progress' | 'succeeded' | 'failed_retryable' | 'failed_permanent'
   expired: boolean
+  /** Milliseconds from the statement's `now()` until `expires_at` (negative once expired). */
+  expires_in_ms: number
   lease_remaining_ms: number | null
   response_status: number | null
   response_headers: Record<string, string> | null
@@ -121,9 +160,13 @@ export function complete(
 ): Query {
   const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
   return {
-    text: `UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
+    ...statement(
+      names,
+      fenced ? 'complete' : 'complete_unfenced',
+      () => `UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
   response_body = $8, locked_until = NULL, updated_at = now()
 WHERE ${PK}${fence}`,
+    ),
     values: [id.scope, id.operation, id.key, token, status, response.status, response.headers, response.body],
   }
 }
@@ -131,9 +174,13 @@ WHERE ${PK}${fence}`,
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
 export function release(names: TableNames, id: RecordId, token: string): Query {
   return {
-    text: `UPDATE ${names.qualified} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
+    ...statement(
+      names,
+      'release',
+      () => `UPDATE ${names.qualified} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
   updated_at = now()
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
+    ),
     values: [id.scope, id.operation, id.key, token],
   }
 }

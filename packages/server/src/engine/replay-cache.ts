@@ -1,0 +1,103 @@
+import { performance } from 'node:perf_hooks'
+import type { RecordId } from '../store/queries.js'
+import type { StoredResponse } from './types.js'
+
+/** Bounds of the in-process cache of finished responses (see `EngineOptions.replayCache`). */
+export interface ReplayCacheOptions {
+  /** @default 10_000 */
+  maxEntries?: number
+  /** Approximate bytes held (bodies, headers, ids). @default 16_777_216 (16 MiB) */
+  maxBytes?: number
+}
+
+interface Entry {
+  fingerprint: string
+  response: StoredResponse
+  /** Evict when either clock reaches its deadline: monotonic (immune to clock steps), wall (counts suspends). */
+  monotonicDeadline: number
+  wallDeadline: number
+  bytes: number
+}
+
+// Durations measured on the database clock are trusted to this fraction only, so a slower or faster app clock
+// (NTP slews at most 500 ppm) cannot keep an entry past its expiry: 24 h of retention is cut by 86 s.
+const CLOCK_RATE_MARGIN = 0.999
+
+const idOf = (id: RecordId) => `${id.scope.length}:${id.scope}${id.operation.length}:${id.operation}${id.key}`
+
+/**
+ * A bounded LRU of finished key records (succeeded or failed_permanent). Such a record cannot change until it
+ * expires: the reservation only replaces a finished row once `expires_at` passed, the completion and release only
+ * touch a row in progress under their own token, and the reaper only deletes expired rows. So an entry can answer a
+ * replay or a mismatch exactly as the database would, until the expiry, which it bounds conservatively: the
+ * remaining lifetime comes from the database (`expires_at - now()`) and counts from a local instant taken *before*
+ * the statement was sent, so it ends no later than the database's own expiry, whatever the clock offset.
+ */
+export class ReplayCache {
+  readonly #entries = new Map<string, Entry>()
+  readonly #maxEntries: number
+  readonly #maxBytes: number
+  #bytes = 0
+
+  constructor(maxEntries: number, maxBytes: number) {
+    this.#maxEntries = maxEntries
+    this.#maxBytes = maxBytes
+  }
+
+  /** The number of entries held (expired ones included until touched or evicted). */
+  get size(): number {
+    return this.#entries.size
+  }
+
+  /** The finished record, or undefined when unknown or (conservatively) expired. */
+  get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
+    const key = idOf(id)
+    const entry = this.#entries.get(key)
+    if (!entry) return undefined
+    this.#entries.delete(key)
+    if (performance.now() >= entry.monotonicDeadline || Date.now() >= entry.wallDeadline) {
+      this.#bytes -= entry.bytes
+      return undefined
+    }
+    this.#entries.set(key, entry) // most recently used last
+    return entry
+  }
+
+  /**
+   * Remembers a finished record. `sentAt` is `performance.now()` taken before the statement that measured
+   * `expiresInMs` was sent; `sentAtWall` the matching `Date.now()`.
+   */
+  set(
+    id: RecordId,
+    fingerprint: string,
+    response: StoredResponse,
+    expiresInMs: number,
+    sentAt: number,
+    sentAtWall: number,
+  ): void {
+    if (!(expiresInMs > 0)) return
+    const key = idOf(id)
+    let bytes = key.length + fingerprint.length + response.body.length + 64
+    for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)
+    if (bytes > this.#maxBytes) return
+    const lifetime = expiresInMs * CLOCK_RATE_MARGIN
+    const previous = this.#entries.get(key)
+    if (previous) {
+      this.#entries.delete(key)
+      this.#bytes -= previous.bytes
+    }
+    this.#entries.set(key, {
+      fingerprint,
+      response,
+      monotonicDeadline: sentAt + lifetime,
+      wallDeadline: sentAtWall + lifetime,
+      bytes,
+    })
+    this.#bytes += bytes
+    for (const [oldest, entry] of this.#entries) {
+      if (this.#entries.size <= this.#maxEntries && this.#bytes <= this.#maxBytes) break
+      this.#entries.delete(oldest)
+      this.#bytes -= entry.bytes
+    }
+  }
+}

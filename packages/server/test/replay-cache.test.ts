@@ -1,0 +1,153 @@
+// The in-process cache of finished responses: replays and 422s without a round trip, never past the record's expiry,
+// bounded by count and bytes, and off when asked.
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ReplayCache } from '../src/engine/replay-cache.js'
+import { createEngine, type ExecutionContext, postgresStore } from '../src/index.js'
+import { countPayments, engineFor, fingerprintOf, freshKey, setupDatabase, sleep } from './helpers.js'
+
+let db: TestDatabase
+let checkouts = 0
+beforeAll(async () => {
+  db = await setupDatabase('replay_cache')
+  db.pool.on('acquire', () => {
+    checkouts++
+  })
+})
+afterAll(() => db.drop())
+
+const op = 'POST /v1/payments'
+
+async function pay(ctx: ExecutionContext) {
+  const { rows } = await ctx.tx.query(
+    'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id',
+    [ctx.scope, ctx.key],
+  )
+  return { status: 201, body: { id: rows[0].id } }
+}
+
+const input = (key: string, body: unknown = { a: 1 }) => ({
+  scope: 'cache',
+  operation: op,
+  key,
+  fingerprint: fingerprintOf(body),
+  handler: pay,
+})
+
+/** Runs `fn` and returns how many pool connections it checked out. */
+async function checkoutsOf(fn: () => Promise<unknown>): Promise<number> {
+  const before = checkouts
+  await fn()
+  return checkouts - before
+}
+
+describe('replay cache', () => {
+  it('answers a replay and a mismatch of a key this engine executed without touching the database', async () => {
+    const { engine, events } = engineFor(db.pool)
+    const key = freshKey()
+    const first = await engine.execute(input(key))
+    expect(first.kind).toBe('executed')
+    let replay: Awaited<ReturnType<typeof engine.execute>> | undefined
+    expect(
+      await checkoutsOf(async () => {
+        replay = await engine.execute(input(key))
+      }),
+    ).toBe(0)
+    expect(replay).toMatchObject({ kind: 'replayed', fencedOut: false })
+    if (first.kind !== 'executed' || replay?.kind !== 'replayed') throw new Error('unreachable')
+    expect(replay.response.body.equals(first.response.body)).toBe(true)
+    expect(events.filter((event) => event.type === 'replayed')).toHaveLength(1)
+
+    let mismatch: unknown
+    expect(
+      await checkoutsOf(async () => {
+        mismatch = await engine.execute(input(key, { a: 2 }))
+      }),
+    ).toBe(0)
+    expect(mismatch).toEqual({ kind: 'mismatch' })
+    expect(await countPayments(db.pool, 'cache')).toBeGreaterThanOrEqual(1)
+  })
+
+  it('learns a record another instance finished, after one round trip', async () => {
+    const writer = engineFor(db.pool).engine
+    const reader = engineFor(db.pool).engine
+    const key = freshKey()
+    await writer.execute(input(key))
+    expect(await checkoutsOf(() => reader.execute(input(key)))).toBe(1)
+    expect(await checkoutsOf(() => reader.execute(input(key)))).toBe(0)
+  })
+
+  it('never answers past the record expiry: the key executes again once it expired', async () => {
+    const { engine } = engineFor(db.pool, { leaseMs: 100, retentionMs: 1_500 })
+    const key = freshKey()
+    await engine.execute(input(key))
+    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0)
+    await sleep(1_600)
+    const again = await engine.execute(input(key))
+    expect(again).toMatchObject({ kind: 'executed', attempt: 1 })
+  })
+
+  it('is bounded by maxEntries (least recently used out first)', async () => {
+    const { engine } = engineFor(db.pool, { replayCache: { maxEntries: 2 } })
+    const [a, b, c] = [freshKey(), freshKey(), freshKey()]
+    for (const key of [a, b, c]) await engine.execute(input(key))
+    expect(await checkoutsOf(() => engine.execute(input(c)))).toBe(0)
+    expect(await checkoutsOf(() => engine.execute(input(b)))).toBe(0)
+    expect(await checkoutsOf(() => engine.execute(input(a)))).toBe(1)
+  })
+
+  it('is off with replayCache: false, and with unsafe.disableFencing', async () => {
+    for (const options of [{ replayCache: false as const }, { unsafe: { disableFencing: true } }]) {
+      const { engine } = engineFor(db.pool, options)
+      const key = freshKey()
+      await engine.execute(input(key))
+      expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(1)
+    }
+  })
+
+  it('rejects bad bounds at construction, naming the option', () => {
+    const store = postgresStore({ pool: db.pool })
+    expect(() => createEngine({ store, replayCache: { maxEntries: 0 } })).toThrow(/replayCache\.maxEntries/)
+    expect(() => createEngine({ store, replayCache: { maxBytes: 1.5 } })).toThrow(/replayCache\.maxBytes/)
+    expect(() => createEngine({ store, replayCache: true as never })).toThrow(/`replayCache`/)
+  })
+})
+
+describe('ReplayCache', () => {
+  const response = (bytes: number) => ({ status: 200, headers: {}, body: Buffer.alloc(bytes) })
+  const id = (key: string) => ({ scope: 's', operation: 'o', key })
+  const now = () => [performance.now(), Date.now()] as const
+
+  it('is bounded by maxBytes, and skips a response larger than the whole budget', () => {
+    const cache = new ReplayCache(100, 1_000)
+    cache.set(id('a'), 'f', response(400), 60_000, ...now())
+    cache.set(id('b'), 'f', response(400), 60_000, ...now())
+    cache.set(id('c'), 'f', response(400), 60_000, ...now())
+    expect(cache.get(id('a'))).toBeUndefined()
+    expect(cache.get(id('c'))).toBeDefined()
+    cache.set(id('big'), 'f', response(2_000), 60_000, ...now())
+    expect(cache.get(id('big'))).toBeUndefined()
+  })
+
+  it('counts the lifetime from before the statement was sent, on both clocks, and cuts it for drift', () => {
+    const cache = new ReplayCache(10, 1_000_000)
+    const [at, wall] = now()
+    // Sent 10 s ago with 10 s left then: expired now, although a clock that started at receipt would disagree.
+    cache.set(id('late'), 'f', response(1), 10_000, at - 10_000, wall)
+    cache.set(id('wall'), 'f', response(1), 10_000, at, wall - 10_000)
+    // 0.1% of 1,000 s is 1 s: an entry with 1,000.5 s left, sent 1,000 s ago, is already out.
+    cache.set(id('drift'), 'f', response(1), 1_000_500, at - 1_000_000, wall - 1_000_000)
+    cache.set(id('fresh'), 'f', response(1), 10_000, at, wall)
+    expect(cache.get(id('late'))).toBeUndefined()
+    expect(cache.get(id('wall'))).toBeUndefined()
+    expect(cache.get(id('drift'))).toBeUndefined()
+    expect(cache.get(id('fresh'))).toBeDefined()
+    expect(cache.size).toBe(1)
+  })
+
+  it('keeps ids apart that would collide if concatenated', () => {
+    const cache = new ReplayCache(10, 1_000_000)
+    cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now())
+    expect(cache.get({ scope: 'a', operation: 'bc', key: 'd' })).toBeUndefined()
+  })
+})
