@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -120,6 +120,21 @@ describe('fileStore', () => {
     expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: true, value: 'b' })
     await writeFile(lock, JSON.stringify({ pid: process.pid, until: Date.now() + 60_000 }))
     expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
+  })
+
+  // Regression (found by the chaos suite, seed 5): a worker SIGKILLed between creating its lock file and writing
+  // it left an empty lock, and every later resume() of that intent threw "Unexpected end of JSON input" forever.
+  it('treats an empty or torn lock file as held while fresh and as stale once older than the lease', async () => {
+    const dir = await tempDir()
+    const store = fileStore({ dir, leaseMs: 1_000 })
+    const lock = join(dir, `${createHash('sha256').update('i2').digest('hex').slice(0, 40)}.lock`)
+    await writeFile(lock, '')
+    expect(await store.exclusive!('i2', async () => 'x')).toEqual({ acquired: false })
+    await writeFile(lock, '{"pid":')
+    expect(await store.exclusive!('i2', async () => 'x')).toEqual({ acquired: false })
+    const old = new Date(Date.now() - 5_000)
+    await utimes(lock, old, old)
+    expect(await store.exclusive!('i2', async () => 'x')).toEqual({ acquired: true, value: 'x' })
   })
 })
 

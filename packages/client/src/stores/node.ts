@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises'
+import { mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { QuotaExceededError } from '../errors/quota-exceeded-error.js'
 import { StorageError } from '../errors/storage-error.js'
@@ -137,6 +137,30 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   // A lock file per intent naming its holder; stale when its process is gone or its lease ran out. Best effort
   // across processes (two takers of one stale lock can race); the server's key check remains the guarantee.
   const lockOf = (id: string) => fileOf(id).replace(/\.json$/, '.lock')
+  // A lock file is written after it is created, so a holder killed in between leaves it empty or torn. Such a file
+  // may also belong to a live holder that is still writing it: it counts as held until it is older than the lease.
+  const readHolder = async (
+    lock: string,
+  ): Promise<{ pid: number; until: number } | 'unreadable' | undefined> => {
+    let text: string
+    try {
+      text = await readFile(lock, 'utf8')
+    } catch {
+      return undefined
+    }
+    try {
+      const holder = JSON.parse(text) as { pid?: unknown; until?: unknown }
+      if (typeof holder.pid === 'number' && typeof holder.until === 'number') {
+        return { pid: holder.pid, until: holder.until }
+      }
+    } catch {}
+    const modified = await stat(lock).then(
+      (stats) => stats.mtimeMs,
+      () => 0,
+    )
+    return Date.now() - modified < leaseMs ? 'unreadable' : undefined
+  }
+
   const takeLock = async (lock: string): Promise<boolean> => {
     const body = () => JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs })
     try {
@@ -147,10 +171,8 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toStorageError(error)
     }
-    const holder = await readFile(lock, 'utf8').then(
-      (text) => JSON.parse(text) as { pid: number; until: number },
-      () => undefined,
-    )
+    const holder = await readHolder(lock)
+    if (holder === 'unreadable') return false
     if (holder && holder.until > Date.now() && isAlive(holder.pid)) return false
     await unlink(lock).catch(() => {})
     return takeLock(lock)
