@@ -41,6 +41,13 @@ const stepsPool = new pg.Pool({ connectionString: databaseUrl, max: 10 })
 stepsPool.on('error', () => {})
 const providerPool = new pg.Pool({ connectionString: databaseUrl, max: 5 })
 providerPool.on('error', () => {})
+// A checked-out client whose connection is killed (pg_terminate_backend, a Postgres restart) emits 'error'; with no
+// listener Node crashes. A permanent listener attached once per connection, when the pool opens it, covers every
+// client, including those of the chaos-only "idempotency off" path. The failure still reaches whoever uses the
+// client through its failed query.
+for (const each of [pool, stepsPool, providerPool]) {
+  each.on('connect', (client) => client.on('error', () => {}))
+}
 
 async function shutdown(code: number): Promise<never> {
   await app?.close().catch(() => {})

@@ -108,4 +108,34 @@ describe('main', () => {
       expect(await healthy.exited).toEqual({ code: 0, signal: null })
     }
   })
+
+  // Regression (found by the chaos suite): with the chaos-only "idempotency off" path, a checked-out client whose
+  // connection was terminated emitted 'error' with no listener and the process crashed.
+  it('survives its database connections being terminated mid-request', async () => {
+    const api = await start({
+      DATABASE_URL: db.url,
+      ONCELY_CHAOS: '1',
+      ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1',
+      ONCELY_PROVIDER_DELAY_MS: '300',
+    })
+    try {
+      const inFlight = Promise.all([1, 2, 3].map(() => pay(api.url, randomUUID()).catch(() => undefined)))
+      await new Promise((resolve) => setTimeout(resolve, 150))
+      await db.pool.query(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [db.name],
+      )
+      await inFlight
+      let res = await pay(api.url, randomUUID()).catch(() => undefined)
+      for (let i = 0; res?.status !== 201 && i < 20; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        res = await pay(api.url, randomUUID()).catch(() => undefined)
+      }
+      expect(res?.status).toBe(201)
+      expect(api.child.exitCode).toBeNull()
+    } finally {
+      api.child.kill('SIGTERM')
+      await api.exited
+    }
+  })
 })
