@@ -1,7 +1,10 @@
 // Browser project: real Chromium through Playwright (no browser download; Debian's chromium by default).
 // Run through scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails under CI).
+// A relative import: the config loader bundles relative files, while a workspace package would be loaded as .ts.
+
 import { playwright } from '@vitest/browser-playwright'
 import { defineConfig, mergeConfig } from 'vitest/config'
+import { chromiumLaunchOptions } from '../../test/support/src/chromium.ts'
 import shared from '../../vitest.shared.ts'
 
 export default mergeConfig(
@@ -14,17 +17,7 @@ export default mergeConfig(
         headless: true,
         screenshotFailures: false,
         provider: playwright({
-          launchOptions: {
-            executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
-            args: [
-              '--no-sandbox',
-              '--disable-gpu',
-              '--disable-background-networking',
-              '--disable-component-update',
-              '--disable-sync',
-              '--no-first-run',
-            ],
-          },
+          launchOptions: chromiumLaunchOptions(),
         }),
         instances: [{ browser: 'chromium' }],
       },

@@ -3,10 +3,15 @@
  * committed, the page is reloaded while the intent is still pending, and the resumed intent must end as exactly
  * one payment and one provider charge, shown on the page.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import {
+  chromiumLaunchOptions,
+  createTestDatabase,
+  requireChromium,
+  type TestDatabase,
+} from '@oncely/test-support'
 import type { FastifyInstance } from 'fastify'
 import { type Browser, chromium } from 'playwright'
 import { build } from 'vite'
@@ -16,12 +21,7 @@ import { prepareDatabase } from '../src/database.js'
 import { createProvider } from '../src/provider.js'
 import { count } from './support/app.js'
 
-const chromiumPath = process.env.CHROMIUM_PATH || '/usr/bin/chromium'
-const hasChromium = existsSync(chromiumPath)
-if (!hasChromium && process.env.CI) {
-  throw new Error(`Chromium not found at ${chromiumPath}; CI must run the browser test (set CHROMIUM_PATH).`)
-}
-if (!hasChromium) console.warn(`checkout e2e skipped: no Chromium at ${chromiumPath} (set CHROMIUM_PATH)`)
+const hasChromium = requireChromium('checkout e2e')
 
 const checkoutWeb = path.resolve(import.meta.dirname, '../../checkout-web')
 const artifacts = path.resolve(import.meta.dirname, '../test-results')
@@ -43,17 +43,7 @@ describe.skipIf(!hasChromium)('checkout page in Chromium', () => {
     const provider = createProvider({ pool: db.pool, delayMs: 300 })
     app = await buildApp({ pool: db.pool, provider, webRoot })
     baseUrl = await app.listen({ port: 0, host: '127.0.0.1' })
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    })
+    browser = await chromium.launch(chromiumLaunchOptions())
   })
 
   afterAll(async () => {

@@ -78,3 +78,5 @@ export async function createTestDatabase(
     },
   }
 }
+
+export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'

@@ -1,16 +1,13 @@
 // Real pages in real Chromium, driven by Playwright from Node: a page bundling the client talks to a real local
 // server (@oncely/server on Postgres, same origin), is really reloaded, and two pages resume one intent at once.
-import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+import { chromiumLaunchOptions, requireChromium } from '@oncely/test-support'
 import { build } from 'esbuild'
 import { type Browser, chromium, type Page } from 'playwright'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startOncelyServer } from '../support/oncely-server.js'
 
-const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium'
-const hasChromium = existsSync(executablePath)
-if (!hasChromium && process.env.CI)
-  throw new Error(`No Chromium at ${executablePath} (set CHROMIUM_PATH); CI must run the browser tests`)
+const hasChromium = requireChromium('client browser pages')
 
 let server: Awaited<ReturnType<typeof startOncelyServer>>
 let browser: Browser
@@ -36,18 +33,7 @@ beforeAll(async () => {
     type: 'text/html',
     body: '<!doctype html><title>oncely</title><script src="/app.js"></script>',
   })
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  })
+  browser = await chromium.launch(chromiumLaunchOptions())
 })
 afterAll(async () => {
   await browser?.close()
