@@ -4,9 +4,12 @@
  * appended to `<logDir>/<name>.log` across restarts, so a failing run keeps every incarnation's log.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { createWriteStream, mkdirSync, readFileSync, type WriteStream } from 'node:fs'
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
+
+/** Lines of output quoted in the error of a failed start. */
+const TAIL_LINES = 20
 
 export interface ExitInfo {
   code: number | null
@@ -91,7 +94,7 @@ export class ManagedProcess {
     return this.#exited
   }
 
-  /** Spawns it and waits for readiness; on failure the process is killed and the error quotes the log's tail. */
+  /** Spawns it and waits for readiness; on failure the process is killed and the error quotes its last lines. */
   async start(): Promise<void> {
     if (this.running) throw new Error(`${this.name} is already running`)
     const { spec } = this
@@ -111,10 +114,16 @@ export class ManagedProcess {
     const ready = new Promise<void>((resolve) => {
       markReady = resolve
     })
+    // This incarnation's last lines, for the error of a failed start (the log file may lag behind its stream).
+    const tail: string[] = []
+    const drained: Array<Promise<void>> = []
     for (const stream of ['stdout', 'stderr'] as const) {
       const source = child[stream]!
       source.on('data', (chunk: Buffer) => this.#log?.write(chunk))
-      createInterface({ input: source }).on('line', (line) => {
+      const lines = createInterface({ input: source })
+      drained.push(new Promise((resolve) => lines.once('close', () => resolve())))
+      lines.on('line', (line) => {
+        if (tail.push(line) > TAIL_LINES) tail.shift()
         if (readyLine?.test(line)) markReady()
         spec.onLine?.(line, stream)
       })
@@ -144,11 +153,14 @@ export class ManagedProcess {
     // Kill this incarnation only: a newer one may have been started while this one was failing.
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     await exited
+    // 'exit' can come before the pipes are read to the end: wait for the last lines (bounded, in case a
+    // grandchild holds the pipe open), so the error quotes the process's last words, its reason for exiting.
+    await Promise.race([Promise.all(drained), new Promise((resolve) => setTimeout(resolve, 2000).unref())])
     const why =
       outcome === 'timeout'
         ? `not ready within ${timeoutMs} ms`
         : `exited (code ${outcome.code}) before ready`
-    throw new Error(`${this.name} ${why}. Log tail:\n${this.#tail()}`)
+    throw new Error(`${this.name} ${why}. Log tail:\n${tail.join('\n') || '(no output)'}`)
   }
 
   /** Sends one line to its stdin (workers read commands this way). Returns false if it is not running. */
@@ -206,13 +218,5 @@ export class ManagedProcess {
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
     return false
-  }
-
-  #tail(): string {
-    try {
-      return readFileSync(this.logFile, 'utf8').split('\n').slice(-20).join('\n')
-    } catch {
-      return '(no log)'
-    }
   }
 }

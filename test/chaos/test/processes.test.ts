@@ -61,6 +61,20 @@ describe('ManagedProcess', () => {
     await expect(p.start()).rejects.toThrow(/exited \(code 3\) before ready[\s\S]*boom: no DATABASE_URL/)
   })
 
+  it('quotes the last line even when the exit is noticed before the output is read', async () => {
+    // 50 kB first (under a pipe's buffer, so the child's writes all land before it exits): the exit tends to be
+    // noticed before the last line has been read and logged.
+    const script =
+      "for (let i = 0; i < 800; i++) console.error('filler '.repeat(9)); console.error('boom: last words'); process.exit(4)"
+    const p = managed('late', script, { ready: { line: /ready/ } })
+    const error: Error = await p.start().then(
+      () => new Error('started'),
+      (e: Error) => e,
+    )
+    expect(error.message).toMatch(/exited \(code 4\) before ready/)
+    expect(error.message.split('\n').at(-1)).toBe('boom: last words')
+  })
+
   it('kills a process that is not ready in time', async () => {
     const p = managed('slow', 'setInterval(() => {}, 1000)', {
       ready: { line: /never/ },
