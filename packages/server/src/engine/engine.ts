@@ -51,6 +51,34 @@ interface Finished {
   response: StoredResponse
 }
 
+// Which SQL-level prepared statements each connection holds (module-wide: engines on one table share a name).
+const preparedStatements = new WeakMap<pg.ClientBase, Set<string>>()
+
+/**
+ * PREPAREs a statement on this connection the first time it is used there: on its own, so whether it exists never
+ * depends on which statement of a later message failed (a PREPARE is not undone by a rollback).
+ */
+async function prepare(client: pg.ClientBase, statement: q.SqlStatement): Promise<void> {
+  let prepared = preparedStatements.get(client)
+  if (prepared?.has(statement.name)) return
+  await client.query(statement.prepare)
+  if (!prepared) {
+    prepared = new Set()
+    preparedStatements.set(client, prepared)
+  }
+  prepared.add(statement.name)
+}
+
+/** Rolls back the transaction the reservation message began and returns the client (destroyed if that fails). */
+async function endTransaction(client: pg.PoolClient): Promise<void> {
+  try {
+    await client.query('ROLLBACK')
+    client.release()
+  } catch (error) {
+    client.release(error as Error)
+  }
+}
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** A deterministic per-step key: SHA-256 over the canonical JSON of [scope, operation, key, step]. */
@@ -111,10 +139,19 @@ export function createEngine(options: EngineOptions): Engine {
       try {
         client = await pool.connect()
         const headers = input.requestHeaders ?? null
-        const result = await client.query<q.ReserveRow>(
-          q.reserve(names, id, input.fingerprint, token, leaseMs, retentionMs, headers),
+        const { statement, text } = q.reserveAndBegin(
+          names,
+          id,
+          input.fingerprint,
+          token,
+          leaseMs,
+          retentionMs,
+          headers,
         )
-        reserved = result.rows[0]
+        await prepare(client, statement)
+        // A multi-statement message answers with one result per statement: BEGIN, EXECUTE, COMMIT, BEGIN.
+        const results = (await client.query(text)) as unknown as pg.QueryResult<q.ReserveRow>[]
+        reserved = results[results.length - 3]?.rows[0]
         if (reserved && !reserved.reserved) {
           // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
           row =
@@ -128,8 +165,14 @@ export function createEngine(options: EngineOptions): Engine {
         if (input.failOpen) return failOpen(input)
         return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
       }
-      if (reserved?.reserved) return run(input, id, token, reserved, client, sent)
-      client.release()
+      if (reserved?.reserved) {
+        if (!hooks.afterReserve) return run(input, id, token, reserved, client, sent)
+        // A pausing hook must not hold a connection (tests pause many attempts on small pools).
+        await endTransaction(client)
+        return run(input, id, token, reserved, undefined, sent)
+      }
+      // The message began the business transaction; end it without making the answer wait.
+      void endTransaction(client)
       const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
       if (row && !row.expired && row.fingerprint !== input.fingerprint) {
         if (row.status === 'succeeded' || row.status === 'failed_permanent') remember(id, row, sent)
@@ -177,7 +220,8 @@ export function createEngine(options: EngineOptions): Engine {
     id: q.RecordId,
     token: string,
     reserved: q.ReserveRow,
-    reservedOn: pg.PoolClient,
+    /** The client the reservation ran on, its business transaction already begun; else connect and BEGIN. */
+    inTransaction: pg.PoolClient | undefined,
     sent: Sent,
   ): Promise<Outcome> {
     const attempt = reserved.attempts ?? 1
@@ -185,11 +229,10 @@ export function createEngine(options: EngineOptions): Engine {
     if (reserved.expired) emit({ type: 'expired', ...id })
     else if (reserved.status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
     emit({ type: 'reserved', attempt, ...id })
-    let client = reservedOn
-    if (hooks.afterReserve) {
-      // A pausing hook must not hold a connection (tests pause many attempts on small pools).
-      client.release()
-      await hooks.afterReserve({ ...id, attempt })
+    let client: pg.PoolClient
+    if (inTransaction) client = inTransaction
+    else {
+      await hooks.afterReserve?.({ ...id, attempt })
       try {
         client = await pool.connect()
       } catch (error) {
@@ -217,7 +260,7 @@ export function createEngine(options: EngineOptions): Engine {
 
     try {
       try {
-        await client.query('BEGIN')
+        if (!inTransaction) await client.query('BEGIN')
       } catch (error) {
         broken ??= error as Error
         return storeFailed(id, token, error)

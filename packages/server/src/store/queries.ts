@@ -116,6 +116,74 @@ FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true
   }
 }
 
+/** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
+function literal(value: string): string {
+  const quoted = `'${value.replaceAll("'", "''")}'`
+  return value.includes('\\') ? ` E${quoted.replaceAll('\\', '\\\\')}` : quoted
+}
+
+/** An SQL-level prepared statement: its name, and the PREPARE to send once per connection. */
+export interface SqlStatement {
+  name: string
+  prepare: string
+}
+
+/**
+ * The reservation and the business transaction's BEGIN in one round trip, as one simple-protocol message:
+ * `BEGIN; EXECUTE reserve(...); COMMIT; BEGIN`. The reservation still commits on its own (with synchronous_commit
+ * off) before the business transaction starts; the message only saves the BEGIN's round trip. Its statements run in
+ * order and stop at the first error, so a failed reservation never begins the business transaction. A simple
+ * message cannot carry parameters, so the reservation is an SQL-level prepared statement (`statement.prepare`, sent
+ * on its own once per connection; its plan is reused after that) and its arguments are literals: validated integers,
+ * and strings quoted by {@link literal}. The caller ends the open transaction (ROLLBACK) when the key was not
+ * reserved.
+ */
+export function reserveAndBegin(
+  names: TableNames,
+  id: RecordId,
+  fingerprint: string,
+  token: string,
+  leaseMs: number,
+  retentionMs: number,
+  requestHeaders: Record<string, string> | null,
+): { statement: SqlStatement; text: string } {
+  if (!Number.isSafeInteger(leaseMs) || !Number.isSafeInteger(retentionMs)) {
+    throw new TypeError('Expected `leaseMs` and `retentionMs` to be integers.')
+  }
+  const statement = sqlStatement(
+    names,
+    'reserve',
+    '(text, text, text, text, uuid, float8, float8, jsonb)',
+    () => {
+      return reserve(names, id, fingerprint, token, 1, 2, null).text
+    },
+  )
+  const args = [id.scope, id.operation, id.key, fingerprint, token].map(literal)
+  const headers = requestHeaders === null ? 'NULL' : literal(JSON.stringify(requestHeaders))
+  return {
+    statement,
+    text: `BEGIN; EXECUTE ${statement.name}(${args.join(', ')}, ${leaseMs}, ${retentionMs}, ${headers}); COMMIT; BEGIN`,
+  }
+}
+
+const sqlStatements = new WeakMap<TableNames, Map<string, SqlStatement>>()
+function sqlStatement(names: TableNames, kind: string, types: string, build: () => string): SqlStatement {
+  let known = sqlStatements.get(names)
+  if (!known) {
+    known = new Map()
+    sqlStatements.set(names, known)
+  }
+  let found = known.get(kind)
+  if (!found) {
+    const text = build()
+    // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
+    const name = `oncely_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 24)}_sql`
+    found = { name, prepare: `PREPARE ${name}${types} AS ${text}` }
+    known.set(kind, found)
+  }
+  return found
+}
+
 /** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
 export type ReserveRow = {
   reserved: boolean
