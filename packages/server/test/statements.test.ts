@@ -1,9 +1,10 @@
 // The hot statements are prepared once per connection (plan reused), with names that cannot collide between two
 // stores on different tables sharing a connection; the reservation's literals survive any quoting.
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import pg from 'pg'
+import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
-import { fingerprintOf, freshKey } from './helpers.js'
+import { fingerprintOf, freshKey, sleep } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -13,7 +14,7 @@ beforeAll(async () => {
 })
 afterAll(() => db.drop())
 
-it('prepares reserve and complete once per table on a shared connection, and both tables work', async () => {
+it('prepares reserve and complete (with the COMMIT in its message) once per table on a shared connection, and both tables work', async () => {
   const engines = ['keys_a', 'keys_b'].map((table) =>
     createEngine({ store: postgresStore({ pool: db.pool, table }), replayCache: false }),
   )
@@ -38,8 +39,8 @@ it('prepares reserve and complete once per table on a shared connection, and bot
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
   expect(kinds.sort()).toEqual([
-    'oncely_complete',
-    'oncely_complete',
+    'oncely_complete_sql',
+    'oncely_complete_sql',
     'oncely_reserve_sql',
     'oncely_reserve_sql',
   ])
@@ -48,11 +49,12 @@ it('prepares reserve and complete once per table on a shared connection, and bot
   }
 })
 
-it('round-trips ids with quotes, backslashes and SQL in them through the reservation literals', async () => {
+it('round-trips ids and headers with quotes, backslashes and SQL in them, and every byte of a body, through the literals', async () => {
   const engine = createEngine({
     store: postgresStore({ pool: db.pool, table: 'keys_a' }),
     replayCache: false,
   })
+  const bytes = Buffer.from(Array.from({ length: 512 }, (_, index) => index % 256)) // every byte value, twice
   const nasty = `o'k\\' \\'; DROP TABLE oncely.keys_a; -- \u00e9 $1 E'x'`
   const input = {
     scope: nasty,
@@ -60,10 +62,12 @@ it('round-trips ids with quotes, backslashes and SQL in them through the reserva
     key: `${nasty} key`,
     fingerprint: fingerprintOf({ nasty }),
     requestHeaders: { 'x-note': nasty },
-    handler: async () => ({ status: 201, body: { nasty } }),
+    handler: async () => ({ status: 201, headers: { etag: nasty }, body: bytes }),
   }
   expect((await engine.execute(input)).kind).toBe('executed')
-  expect((await engine.execute(input)).kind).toBe('replayed')
+  const replay = await engine.execute(input)
+  expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: nasty } } })
+  if (replay.kind === 'replayed') expect(replay.response.body.equals(bytes)).toBe(true)
   const { rows } = await db.pool.query(
     'SELECT scope, operation, key, request_headers FROM oncely.keys_a WHERE scope = $1',
     [nasty],
@@ -71,4 +75,63 @@ it('round-trips ids with quotes, backslashes and SQL in them through the reserva
   expect(rows).toEqual([
     { scope: nasty, operation: `${nasty} op`, key: `${nasty} key`, request_headers: { 'x-note': nasty } },
   ])
+})
+
+for (const preparedStatements of [true, false]) {
+  it(`fences out an attempt that lost its key, preparedStatements: ${preparedStatements}`, async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 4 }) // the paused attempt holds one connection
+    onTestFinished(() => pool.end())
+    const store = postgresStore({ pool, table: 'keys_b', preparedStatements })
+    let paused = true
+    const slow = createEngine({
+      store,
+      leaseMs: 100,
+      replayCache: false,
+      hooks: { beforeCommit: () => (paused ? sleep(400) : undefined) },
+    })
+    const fast = createEngine({ store, leaseMs: 100, replayCache: false })
+    const key = freshKey()
+    const input = (who: string) => ({
+      scope: 's',
+      operation: 'fence',
+      key,
+      fingerprint: fingerprintOf({ key }),
+      handler: async () => ({ status: 201, body: { who } }),
+    })
+    const first = slow.execute(input('slow'))
+    await sleep(200)
+    paused = false
+    expect(await fast.execute(input('fast'))).toMatchObject({ kind: 'executed', attempt: 2 })
+    const lost = await first
+    expect(lost).toMatchObject({ kind: 'replayed', fencedOut: true })
+    if (lost.kind === 'replayed') expect(JSON.parse(lost.response.body.toString())).toEqual({ who: 'fast' })
+  })
+}
+
+it('sends no prepared statement with preparedStatements: false (transaction-mode poolers)', async () => {
+  const other = await createTestDatabase('statements_plain', { max: 1 })
+  try {
+    await migrate(other.pool)
+    const engine = createEngine({
+      store: postgresStore({ pool: other.pool, preparedStatements: false }),
+      replayCache: false,
+    })
+    const input = (body: unknown) => ({
+      scope: 's',
+      operation: 'op',
+      key: 'k',
+      fingerprint: fingerprintOf(body),
+      handler: async () => ({ status: 201, body: { ok: true } }),
+    })
+    expect((await engine.execute(input(1))).kind).toBe('executed')
+    expect((await engine.execute(input(1))).kind).toBe('replayed')
+    expect((await engine.execute(input(2))).kind).toBe('mismatch')
+    const { rows } = await other.pool.query('SELECT name FROM pg_prepared_statements')
+    expect(rows).toEqual([])
+    expect(() => postgresStore({ pool: other.pool, preparedStatements: 'yes' as never })).toThrow(
+      /`preparedStatements`/,
+    )
+  } finally {
+    await other.drop()
+  }
 })

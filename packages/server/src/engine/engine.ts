@@ -122,6 +122,66 @@ export function createEngine(options: EngineOptions): Engine {
     ? new ReplayCache(config.replayCache.maxEntries, config.replayCache.maxBytes)
     : undefined
 
+  const { preparedStatements } = options.store
+  const plain = (query: q.Query): q.Query =>
+    preparedStatements ? query : { text: query.text, values: query.values }
+
+  /**
+   * Reserves on `client`. When it reserved, the business transaction has begun on it (prepared: in the same
+   * message; else with its own BEGIN). When not, a transaction may be open: the caller ends it.
+   */
+  async function reserveOn(
+    client: pg.PoolClient,
+    id: q.RecordId,
+    fingerprint: string,
+    token: string,
+    leaseMs: number,
+    retentionMs: number,
+    headers: Record<string, string> | null,
+  ): Promise<q.ReserveRow | undefined> {
+    if (!preparedStatements) {
+      const query = plain(q.reserve(names, id, fingerprint, token, leaseMs, retentionMs, headers))
+      const row = (await client.query<q.ReserveRow>(query)).rows[0]
+      if (row?.reserved) await client.query('BEGIN')
+      return row
+    }
+    const { statement, text } = q.reserveAndBegin(
+      names,
+      id,
+      fingerprint,
+      token,
+      leaseMs,
+      retentionMs,
+      headers,
+    )
+    await prepare(client, statement)
+    // A multi-statement message answers with one result per statement: BEGIN, EXECUTE, COMMIT, BEGIN.
+    const results = (await client.query(text)) as unknown as pg.QueryResult<q.ReserveRow>[]
+    return results[results.length - 3]?.rows[0]
+  }
+
+  /** Completes and commits; false when fenced out (the transaction is then still open, or aborted: roll back). */
+  async function completeOn(
+    client: pg.PoolClient,
+    id: q.RecordId,
+    token: string,
+    status: 'succeeded' | 'failed_permanent',
+    response: StoredResponse,
+  ): Promise<boolean> {
+    if (!preparedStatements) {
+      const completed = await client.query(
+        plain(q.complete(names, id, token, status, response, config.fenced)),
+      )
+      if (completed.rowCount !== 1) return false
+      await client.query('COMMIT')
+      return true
+    }
+    const { statement, text } = q.completeAndCommit(names, id, token, status, response, config.fenced)
+    await prepare(client, statement)
+    await client.query(text)
+    return true
+  }
+
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
     const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
@@ -139,24 +199,12 @@ export function createEngine(options: EngineOptions): Engine {
       try {
         client = await pool.connect()
         const headers = input.requestHeaders ?? null
-        const { statement, text } = q.reserveAndBegin(
-          names,
-          id,
-          input.fingerprint,
-          token,
-          leaseMs,
-          retentionMs,
-          headers,
-        )
-        await prepare(client, statement)
-        // A multi-statement message answers with one result per statement: BEGIN, EXECUTE, COMMIT, BEGIN.
-        const results = (await client.query(text)) as unknown as pg.QueryResult<q.ReserveRow>[]
-        reserved = results[results.length - 3]?.rows[0]
+        reserved = await reserveOn(client, id, input.fingerprint, token, leaseMs, retentionMs, headers)
         if (reserved && !reserved.reserved) {
           // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
           row =
             reserved.status === null
-              ? (await client.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+              ? (await client.query<q.LookupRow>(plain(q.lookup(names, id)))).rows[0]
               : (reserved as q.LookupRow)
         }
       } catch (error) {
@@ -171,8 +219,9 @@ export function createEngine(options: EngineOptions): Engine {
         await endTransaction(client)
         return run(input, id, token, reserved, undefined, sent)
       }
-      // The message began the business transaction; end it without making the answer wait.
-      void endTransaction(client)
+      // The reservation message began the business transaction; end it without making the answer wait.
+      if (preparedStatements) void endTransaction(client)
+      else client.release()
       const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
       if (row && !row.expired && row.fingerprint !== input.fingerprint) {
         if (row.status === 'succeeded' || row.status === 'failed_permanent') remember(id, row, sent)
@@ -309,24 +358,22 @@ export function createEngine(options: EngineOptions): Engine {
       }
 
       const status = response.status >= 400 ? 'failed_permanent' : 'succeeded'
-      let completed: pg.QueryResult
+      let completed: boolean
       try {
-        completed = await client.query(q.complete(names, id, token, status, response, config.fenced))
+        completed = await completeOn(client, id, token, status, response)
       } catch (error) {
-        await rollback()
-        return storeFailed(id, token, error)
+        if (q.isFencedOut(error)) completed = false
+        else {
+          // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
+          // matches a row still in progress under our token, so a committed completion is left alone and an
+          // uncommitted one frees the key at once. The connection is dropped, which also ends any open transaction.
+          broken ??= error as Error
+          return storeFailed(id, token, error)
+        }
       }
-      if (completed.rowCount !== 1) {
+      if (!completed) {
         await rollback()
         return fencedOut(id, attempt)
-      }
-      try {
-        await client.query('COMMIT')
-      } catch (error) {
-        // The commit may or may not have happened. Releasing is still safe: it only matches a row still in progress
-        // under our token, so a committed completion is left alone and an uncommitted one frees the key at once.
-        broken ??= error as Error
-        return storeFailed(id, token, error)
       }
       if (reserved.reserved_expires_in_ms !== null) {
         cache?.set(id, input.fingerprint, response, reserved.reserved_expires_in_ms, sent.at, sent.wall)
@@ -356,7 +403,7 @@ export function createEngine(options: EngineOptions): Engine {
     detail: { error?: unknown; response?: StoredResponse },
   ): Promise<Outcome> {
     try {
-      await pool.query(q.release(names, id, token))
+      await pool.query(plain(q.release(names, id, token)))
       emit({ type: 'released', attempt, reason, ...id })
     } catch (error) {
       // The key stays in progress until its lease runs out; then the next attempt takes over.
@@ -374,8 +421,9 @@ export function createEngine(options: EngineOptions): Engine {
   ): Promise<Outcome> {
     let rowCount: number | null
     try {
-      rowCount = (await pool.query(q.complete(names, id, token, 'failed_permanent', response, config.fenced)))
-        .rowCount
+      rowCount = (
+        await pool.query(plain(q.complete(names, id, token, 'failed_permanent', response, config.fenced)))
+      ).rowCount
     } catch (error) {
       emit({ type: 'store_error', error, ...id })
       return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
@@ -390,7 +438,7 @@ export function createEngine(options: EngineOptions): Engine {
     let row: q.LookupRow | undefined
     const sent: Sent = { at: performance.now(), wall: Date.now() }
     try {
-      row = (await pool.query<q.LookupRow>(q.lookup(names, id))).rows[0]
+      row = (await pool.query<q.LookupRow>(plain(q.lookup(names, id)))).rows[0]
     } catch (error) {
       emit({ type: 'store_error', error, ...id })
       return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
@@ -407,7 +455,7 @@ export function createEngine(options: EngineOptions): Engine {
 
   async function storeFailed(id: q.RecordId, token: string, error: unknown): Promise<Outcome> {
     emit({ type: 'store_error', error, ...id })
-    await pool.query(q.release(names, id, token)).catch(() => {})
+    await pool.query(plain(q.release(names, id, token))).catch(() => {})
     return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
   }
 
