@@ -13,7 +13,9 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
 let options: ChaosOptions
 try {
-  options = parseOptions(process.argv.slice(2), root)
+  // `pnpm chaos -- --seed 1` passes the `--` on; it only separates pnpm's arguments from ours.
+  const argv = process.argv.slice(2)
+  options = parseOptions(argv[0] === '--' ? argv.slice(1) : argv, root)
 } catch (error) {
   console.error(`${(error as Error).message}\n\n${USAGE}`)
   process.exit(2)

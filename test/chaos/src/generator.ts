@@ -2,8 +2,9 @@
  * The generator: the run's intents, decided up front from the seed, so a seed always means the same workload.
  *
  * Each intent's `reference` is its id: that is how the checker finds its effects in the ledger. The SDK derives
- * each key from the intent id. Probes reuse an earlier intent's key (the driver learns it from the history): a `changed-payload` probe changes the amount and gets its own reference (it must be refused
- * with 422 and leave nothing behind); a `reordered` probe sends the original body with its members in another
+ * each key from the intent id. Probes reuse an earlier intent's key (the driver learns it from the history): a
+ * `changed-payload` probe changes the amount and gets its own reference (it must be refused with 422 and leave
+ * nothing behind); a `reordered` probe sends the original body with its members in another
  * order (canonically equal, so it must get the original's stored response).
  */
 import type { IntentKind, PaymentBody } from './history.js'
@@ -34,6 +35,8 @@ export interface PlanOptions {
 /** The demo declines amounts above this with 402. */
 export const DECLINE_ABOVE = 1_000_000
 const CURRENCIES = ['eur', 'usd', 'gbp']
+/** How many originals come before the first forced probe. */
+const FORCED_PROBES_AFTER = 3
 
 /** Plans the run's intents. Pure: the same stream and options give the same plan. */
 export function planIntents(random: Random, options: PlanOptions): PlannedIntent[] {
@@ -42,11 +45,24 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
   const declineRate = options.declineRate ?? 0.05
   const plan: PlannedIntent[] = []
   const originals: PlannedIntent[] = []
+  // Each enabled probe kind at least once, early (once a few originals exist), so a short run probes both.
+  const owed = new Set<IntentKind>()
+  if (changedRate > 0) owed.add('changed-payload')
+  if (reorderedRate > 0) owed.add('reordered')
   for (let n = 1; n <= options.intents; n++) {
     const id = `i${String(n).padStart(5, '0')}`
     const draw = random.next()
     const original = originals.length > 0 ? random.pick(originals) : undefined
-    if (original && draw < changedRate) {
+    const due = originals.length >= FORCED_PROBES_AFTER ? [...owed][0] : undefined
+    const kind =
+      due ??
+      (original && draw < changedRate
+        ? 'changed-payload'
+        : original && draw < changedRate + reorderedRate
+          ? 'reordered'
+          : 'normal')
+    owed.delete(kind)
+    if (original && kind === 'changed-payload') {
       const amount = original.body.amount === 1 ? 2 : original.body.amount - 1
       plan.push({
         ...probe(id, original, 'changed-payload'),
@@ -54,7 +70,7 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
       })
       continue
     }
-    if (original && draw < changedRate + reorderedRate) {
+    if (original && kind === 'reordered') {
       const { amount, currency, reference } = original.body
       plan.push({ ...probe(id, original, 'reordered'), body: { reference, currency, amount } as PaymentBody })
       continue

@@ -7,13 +7,14 @@
 import type { FaultKind } from './faults.js'
 import type { Random } from './random.js'
 
+/** Each resolves `false` when the fault could not happen right now (no server running, say). */
 export interface NemesisActions {
   /** SIGSTOP a server for `ms`, moving its traffic to another instance meanwhile, then SIGCONT it. */
-  pauseServer(ms: number): Promise<void>
+  pauseServer(ms: number): Promise<boolean | undefined>
   /** Terminate the API's database connections. */
-  killDbConnections(): Promise<void>
+  killDbConnections(): Promise<boolean | undefined>
   /** Stop Postgres and start it again (only when the driver owns it). */
-  restartDb(): Promise<void>
+  restartDb(): Promise<boolean | undefined>
 }
 
 export interface NemesisOptions {
@@ -37,7 +38,8 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
   let stopped = kinds.length === 0
   let wake: (() => void) | undefined
   const loop = (async () => {
-    // Each kind once early, so a short run still shows every kind; then seeded picks.
+    // Each kind first, tried again later when it could not happen (the action resolved false), so even a short
+    // run shows every kind; then seeded picks. A fault that failed is reported, not retried: it may have happened.
     const queue = [...kinds]
     while (!stopped) {
       await new Promise<void>((resolve) => {
@@ -48,14 +50,17 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
         }
       })
       if (stopped) break
-      const kind = queue.shift() ?? options.random.pick(kinds)
+      const first = queue.shift()
+      const kind = first ?? options.random.pick(kinds)
+      let happened: boolean | undefined = true
       try {
-        if (kind === 'pause-server') await options.actions.pauseServer(options.pauseMs)
-        else if (kind === 'restart-db') await options.actions.restartDb()
-        else await options.actions.killDbConnections()
+        if (kind === 'pause-server') happened = await options.actions.pauseServer(options.pauseMs)
+        else if (kind === 'restart-db') happened = await options.actions.restartDb()
+        else happened = await options.actions.killDbConnections()
       } catch (error) {
         options.onError?.(error)
       }
+      if (first && happened === false) queue.push(first)
     }
   })()
   return {

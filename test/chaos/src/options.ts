@@ -94,10 +94,13 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
   }
 }
 
-/** The one command line that reruns this configuration with the same seed. */
+/**
+ * The one command line that reruns this configuration with the same seed, from the repository root (where
+ * `pnpm chaos` starts an embedded Postgres when `DATABASE_URL` is unset) or from test/chaos.
+ */
 export function reproduceCommand(options: ChaosOptions): string {
   const args = [
-    'pnpm --filter @oncely/chaos chaos',
+    'pnpm chaos',
     `--seed ${options.seed}`,
     `--tier ${options.tier}`,
     `--intents ${options.intents}`,
@@ -105,7 +108,8 @@ export function reproduceCommand(options: ChaosOptions): string {
     `--servers ${options.servers}`,
     `--workers ${options.workers}`,
   ]
-  if (options.faults.length !== FAULT_KINDS.length) args.push(`--faults ${options.faults.join(',')}`)
+  if (options.faults.length !== FAULT_KINDS.length)
+    args.push(`--faults ${options.faults.join(',') || 'none'}`)
   if (!options.idempotency) args.push('--idempotency off')
   if (!options.fencing) args.push('--fencing off')
   return args.join(' ')

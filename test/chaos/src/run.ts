@@ -27,7 +27,11 @@ const NODE_ARGS = ['--conditions=@oncely/source', '--import', 'tsx']
 /** The client's attempt timeout; the proxy's `delay` exceeds it and a pause exceeds the lease. */
 const CLIENT_TIMEOUT_MS = 2000
 const LEASE_MS = 2000
+/** How long stall-server holds a live handler: past its lease, so another instance takes the key over. */
+const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
+/** How often workers re-drive their pending intents during the fault phase. */
+const RESUME_EVERY_MS = 5000
 
 export async function run(
   options: ChaosOptions,
@@ -114,8 +118,26 @@ export async function run(
       }
       return { ONCELY_CRASH_AT: arm.point, ONCELY_CRASH_RATE: String(arm.rate) }
     }
+    // stall-server is a per-request draw inside the demo, so a run could miss it: one instance, picked from the
+    // seed, stalls every request until the first stall is seen, then is restarted gracefully once that stall has
+    // played out; every other incarnation stalls 10% of its requests.
+    const stallServer = random.fork('stall').int(0, options.servers - 1)
+    let stallSeen = false
+    const forcedStall = new Set<number>()
+    const stallEnv = (i: number): Record<string, string> => {
+      if (!enabled.has('stall-server') || healed) return {}
+      const forced = !stallSeen && i === stallServer
+      if (forced) forcedStall.add(i)
+      else forcedStall.delete(i)
+      return {
+        ONCELY_DELAY_AT: 'after-provider',
+        ONCELY_DELAY_MS: String(STALL_MS),
+        ONCELY_DELAY_RATE: forced ? '1' : '0.1',
+      }
+    }
     const servers: ManagedProcess[] = []
     const supervised = new Set<ManagedProcess>()
+    const paused = new Set<number>()
     const ports: number[] = []
     for (let i = 0; i < options.servers; i++) {
       const name = `api-${i + 1}`
@@ -140,13 +162,7 @@ export async function run(
           ONCELY_CHAOS_SEED: String(serverRandom.int(0, 0xffff_ffff)),
           ...crashEnv(i),
           // A handler stalled past its lease while alive (a GC pause, a slow disk): the other fencing case.
-          ...(enabled.has('stall-server') && !healed
-            ? {
-                ONCELY_DELAY_AT: 'after-provider',
-                ONCELY_DELAY_MS: String(LEASE_MS + 1500),
-                ONCELY_DELAY_RATE: '0.1',
-              }
-            : {}),
+          ...stallEnv(i),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
         }),
@@ -157,7 +173,16 @@ export async function run(
             const arm = arms.get(i)
             if (arm) arm.fired = true
           }
-          if (/^ONCELY_CHAOS delay /.test(line)) fault(name, 'stall-server', name)
+          if (/^ONCELY_CHAOS delay /.test(line)) {
+            fault(name, 'stall-server', name)
+            if (forcedStall.delete(i)) {
+              stallSeen = true
+              const pid = server.pid
+              setTimeout(() => {
+                if (!shuttingDown && !healed && !paused.has(i) && server.pid === pid) void server.stop()
+              }, STALL_MS + 1000)
+            }
+          }
         },
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
@@ -207,6 +232,7 @@ export async function run(
     // Client workers; one tenant each; restarted and resumed after a crash point kills them.
     const keys = new Map<string, string>()
     const settled = new Set<string>()
+    const answered = new Set<string>()
     const drained = new Map<string, string[]>()
     const workerRandom = random.fork('workers')
     const armWorker = crashRotation(
@@ -247,6 +273,7 @@ export async function run(
             keys.set(event.intent, event.key)
           if (event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'))
             settled.add(event.intent)
+          if (event.type === 'intent' && event.phase !== 'invoke') answered.add(event.intent)
           record(name, event)
         },
         onExit: ({ code, signal, pid }) => {
@@ -264,7 +291,6 @@ export async function run(
     cleanup.push(async () => Promise.all(workers.map((w) => w.dispose())))
 
     // The nemesis, and the generator's intents spread over most of the fault phase.
-    const paused = new Set<number>()
     const nemesisRandom = random.fork('nemesis')
     const nemesis = startNemesis({
       random: nemesisRandom,
@@ -273,9 +299,11 @@ export async function run(
       onError: (error) => log(`nemesis: ${(error as Error).message}`),
       actions: {
         async pauseServer(ms) {
-          const i = nemesisRandom.int(0, servers.length - 1)
+          // A running instance (one may be restarting after a crash point); none: try again later.
+          const candidates = servers.flatMap((s, i) => (s.running ? [i] : []))
+          if (candidates.length === 0 || paused.size > 0) return false
+          const i = nemesisRandom.pick(candidates)
           const server = servers[i]!
-          if (!server.running || paused.size > 0) return
           const other = (i + 1) % servers.length
           paused.add(i)
           fault('nemesis', 'pause-server', server.name, 'start')
@@ -287,13 +315,15 @@ export async function run(
           for (const [j, proxy] of proxies.entries()) proxy.retarget({ port: ports[j]! })
           paused.delete(i)
           fault('nemesis', 'pause-server', server.name, 'stop')
+          return true
         },
         async restartDb() {
-          if (!postgres) return
+          if (!postgres) return false
           fault('nemesis', 'restart-db', 'postgres', 'start')
           await postgres.stop(30_000)
           await postgres.start()
           fault('nemesis', 'restart-db', 'postgres', 'stop')
+          return true
         },
         async killDbConnections() {
           const killed = await db.pool.query(
@@ -307,6 +337,7 @@ export async function run(
             phase: 'once',
             detail: { terminated: killed.rows[0]?.n ?? 0 },
           })
+          return true
         },
       },
     })
@@ -317,16 +348,26 @@ export async function run(
       changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
       reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
     })
-    await dispatch(plan, {
-      spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
-      probeDeadline: faultPhase + options.durationMs,
+    // Like an app that retries its pending intents when the connection comes back: without it an intent whose
+    // retries ran out during an outage would wait for the drain, and little would settle under faults.
+    const resumer = setInterval(() => {
+      for (const worker of workers) worker.send(JSON.stringify({ type: 'resume' }))
+    }, RESUME_EVERY_MS)
+    const io = {
       keys,
       settled,
-      send: (intent, command) => workers[intent.worker]!.send(JSON.stringify(command)),
-      probeSent: (intent, kind) => fault('generator', kind, intent.id),
+      send: (intent: PlannedIntent, command: Command) =>
+        workers[intent.worker]!.send(JSON.stringify(command)),
+      probeSent: (intent: PlannedIntent, kind: ProbeKind) => fault('generator', kind, intent.id),
+    }
+    const late = await dispatch(plan, {
+      ...io,
+      spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
+      probeDeadline: faultPhase + options.durationMs,
     })
     const remaining = options.durationMs - (Date.now() - faultPhase)
     if (remaining > 0) await new Promise((r) => setTimeout(r, remaining))
+    clearInterval(resumer)
 
     // Heal: no more network faults, crash points or pauses; servers restarted gracefully without crash points.
     await nemesis.stop()
@@ -349,6 +390,13 @@ export async function run(
       await waitFor(() => drained.size === workers.length, 120_000)
       if ([...drained.values()].every((pending) => pending.length === 0)) break
       await new Promise((r) => setTimeout(r, 2000))
+    }
+    // Probes whose original only settled in the drain: sent now, so every run probes each kind it planned.
+    if (late.length > 0) {
+      const sent = await dispatch(late, { ...io, spacingMs: 50, probeDeadline: 0 }).then((unsent) =>
+        late.filter((intent) => !unsent.includes(intent)),
+      )
+      await waitFor(() => sent.every((intent) => answered.has(intent.id)), 120_000)
     }
     shuttingDown = true
 
@@ -392,12 +440,13 @@ export async function run(
 type Command =
   | { type: 'request'; intent: string; body: PlannedIntent['body'] }
   | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
+type ProbeKind = 'changed-payload' | 'reordered-payload'
 
 /**
  * Sends the plan in order, one every `spacingMs`. A probe waits until its original has settled, so the key is
  * already taken when it arrives (a probe that overtook its original would itself be the first use of the key, and
  * the original would rightly be the one refused); a probe whose original has not settled by `probeDeadline` is
- * dropped, so a hard fault mix cannot stretch the fault phase.
+ * returned instead, so a hard fault mix cannot stretch the fault phase.
  */
 async function dispatch(
   plan: PlannedIntent[],
@@ -407,16 +456,16 @@ async function dispatch(
     keys: ReadonlyMap<string, string>
     settled: ReadonlySet<string>
     send(intent: PlannedIntent, command: Command): boolean
-    probeSent(intent: PlannedIntent, kind: 'changed-payload' | 'reordered-payload'): void
+    probeSent(intent: PlannedIntent, kind: ProbeKind): void
   },
-): Promise<void> {
-  const queue = plan.map((intent) => ({ intent }))
+): Promise<PlannedIntent[]> {
+  const queue = [...plan]
+  const late: PlannedIntent[] = []
   while (queue.length > 0) {
-    const item = queue.shift()!
-    const { intent } = item
+    const intent = queue.shift()!
     if (intent.kind === 'normal') {
       // A worker being restarted cannot take it now; it goes to the back of the queue.
-      if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(item)
+      if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(intent)
     } else {
       const key = io.settled.has(intent.of!) ? io.keys.get(intent.of!) : undefined
       const command = {
@@ -430,11 +479,14 @@ async function dispatch(
       if (key && io.send(intent, command)) {
         io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
       } else if (Date.now() < io.probeDeadline) {
-        queue.push(item)
+        queue.push(intent)
+      } else {
+        late.push(intent)
       }
     }
-    await new Promise((r) => setTimeout(r, io.spacingMs))
+    if (queue.length > 0) await new Promise((r) => setTimeout(r, io.spacingMs))
   }
+  return late
 }
 
 async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {

@@ -1,16 +1,40 @@
 /**
- * The suite must prove it can fail: runs against the demo with its idempotency layer or its fencing switched off
- * have to end in violations. Real runs (API processes, workers, proxies, Postgres), kept small.
+ * The suite end to end, real runs (API processes, workers, proxies, Postgres), one after another in this file so
+ * they do not compete for the CPU: the quick tier with every fault kind must pass with each kind counted, and the
+ * suite must prove it can fail: runs against the demo with its idempotency layer or its fencing switched off have
+ * to end in violations.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { afterAll, describe, expect, it } from 'vitest'
+import { FAULT_KINDS } from '../src/faults.js'
 import { parseOptions } from '../src/options.js'
+import { formatSummary } from '../src/report.js'
 import { run } from '../src/run.js'
 
-const dir = mkdtempSync(join(tmpdir(), 'oncely-chaos-sabotage-'))
+const dir = mkdtempSync(join(tmpdir(), 'oncely-chaos-e2e-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+describe('the quick tier', () => {
+  it('survives every fault kind with zero violations, each kind counted at least once', async () => {
+    // The default run directory (test/chaos/runs, git-ignored): a failing CI run keeps its history, logs and ledger.
+    const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+    const options = parseOptions(['--seed=1', '--tier=quick'], root)
+    expect(options.faults).toEqual([...FAULT_KINDS])
+    const report = await run(options, () => {})
+    const summary = formatSummary(report)
+    console.log(summary) // the fault counts and durations, in the CI log
+    expect(report.violations, summary).toEqual([])
+    expect(report.missingFaults, summary).toEqual([])
+    for (const kind of FAULT_KINDS) expect(report.faults[kind] ?? 0, `${kind}\n${summary}`).toBeGreaterThan(0)
+    expect(report.outcomes.lost + report.outcomes.duplicated + report.outcomes.unexpected).toBe(0)
+    // Most intents met a fault and still settled consistently.
+    expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
+    rmSync(options.runDir, { recursive: true, force: true })
+  }, 600_000)
+})
 
 describe('a sabotaged demo', () => {
   it('is caught with idempotency off: lost responses become duplicate payments and charges', async () => {

@@ -44,6 +44,20 @@ describe('planIntents', () => {
     }
   })
 
+  it('makes one probe of each enabled kind early, whatever the seed', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const intents = planIntents(createRandom(seed), { intents: 10, workers: 2 })
+      expect(intents.map((i) => i.kind)).toEqual(expect.arrayContaining(['changed-payload', 'reordered']))
+    }
+    const none = planIntents(createRandom(1), {
+      intents: 50,
+      workers: 2,
+      changedPayloadRate: 0,
+      reorderedRate: 0,
+    })
+    expect(none.every((i) => i.kind === 'normal')).toBe(true)
+  })
+
   it('includes declined amounts and spreads intents over workers and tenants', () => {
     const intents = plan(8)
     expect(intents.some((i) => i.body.amount > DECLINE_ABOVE)).toBe(true)

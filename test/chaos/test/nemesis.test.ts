@@ -31,6 +31,31 @@ describe('startNemesis', () => {
     expect(done.length).toBe(count)
   })
 
+  it('tries a first-pass kind again later when it could not happen then', async () => {
+    const done: string[] = []
+    let serversDown = 2
+    const nemesis = startNemesis({
+      random: createRandom(2),
+      faults: ['pause-server', 'kill-db-connections'],
+      pauseMs: 5,
+      meanIntervalMs: 10,
+      actions: {
+        pauseServer: async () => {
+          if (serversDown-- > 0) return false
+          done.push('pause-server')
+        },
+        restartDb: async () => expect.fail('not enabled'),
+        killDbConnections: async () => void done.push('kill-db-connections'),
+      },
+    })
+    for (let i = 0; i < 200 && !done.includes('pause-server'); i++)
+      await new Promise((r) => setTimeout(r, 10))
+    await nemesis.stop()
+    // The first pass ends with the pause, after two refusals, before any seeded pick can repeat a kind.
+    expect(done.indexOf('pause-server')).toBe(1)
+    expect(done[0]).toBe('kill-db-connections')
+  })
+
   it('does nothing when no nemesis fault is enabled', async () => {
     const nemesis = startNemesis({
       random: createRandom(1),

@@ -82,10 +82,13 @@ describe('parseOptions', () => {
     )
     const command = reproduceCommand(options)
     expect(command).toBe(
-      'pnpm --filter @oncely/chaos chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off',
+      'pnpm chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off',
     )
-    const again = parseOptions(command.split(' ').slice(4), ROOT, NOW)
+    const again = parseOptions(command.split(' ').slice(2), ROOT, NOW)
     expect(again).toEqual(options)
+    const none = parseOptions(['--seed', '1', '--faults', 'none'], ROOT, NOW)
+    expect(reproduceCommand(none)).toMatch(/ --faults none$/)
+    expect(parseOptions(reproduceCommand(none).split(' ').slice(2), ROOT, NOW)).toEqual(none)
   })
 })
 
@@ -149,7 +152,7 @@ describe('report', () => {
     expect(summary).toContain('lost-acknowledged (intent i1, key k1)')
     expect(summary).toContain('history lines 1, 2')
     expect(summary).toContain('never happened: delay')
-    expect(summary).toContain('reproduce: pnpm --filter @oncely/chaos chaos --seed 5')
+    expect(summary).toContain('reproduce: pnpm chaos --seed 5')
   })
 
   it('exits 0 only when valid and every requested fault happened, 3 when a fault never happened', () => {
