@@ -160,7 +160,7 @@ export function createEngine(options: EngineOptions): Engine {
     return results[results.length - 3]?.rows[0]
   }
 
-  /** Completes and commits; false when fenced out (the transaction is then still open, or aborted: roll back). */
+  /** Completes and commits; false when fenced out (the transaction is then still open: roll back). */
   async function completeOn(
     client: pg.PoolClient,
     id: q.RecordId,
@@ -168,17 +168,11 @@ export function createEngine(options: EngineOptions): Engine {
     status: 'succeeded' | 'failed_permanent',
     response: StoredResponse,
   ): Promise<boolean> {
-    if (!preparedStatements) {
-      const completed = await client.query(
-        plain(q.complete(names, id, token, status, response, config.fenced)),
-      )
-      if (completed.rowCount !== 1) return false
-      await client.query('COMMIT')
-      return true
-    }
-    const { statement, text } = q.completeAndCommit(names, id, token, status, response, config.fenced)
-    await prepare(client, statement)
-    await client.query(text)
+    // Measured: sending this and COMMIT as one simple-protocol message saved nothing over two round trips (the
+    // COMMIT's WAL flush dominates), so the completion stays a parameterized statement with its own answer.
+    const completed = await client.query(plain(q.complete(names, id, token, status, response, config.fenced)))
+    if (completed.rowCount !== 1) return false
+    await client.query('COMMIT')
     return true
   }
 
@@ -362,14 +356,11 @@ export function createEngine(options: EngineOptions): Engine {
       try {
         completed = await completeOn(client, id, token, status, response)
       } catch (error) {
-        if (q.isFencedOut(error)) completed = false
-        else {
-          // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
-          // matches a row still in progress under our token, so a committed completion is left alone and an
-          // uncommitted one frees the key at once. The connection is dropped, which also ends any open transaction.
-          broken ??= error as Error
-          return storeFailed(id, token, error)
-        }
+        // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
+        // matches a row still in progress under our token, so a committed completion is left alone and an
+        // uncommitted one frees the key at once. The connection is dropped, which also ends any open transaction.
+        broken ??= error as Error
+        return storeFailed(id, token, error)
       }
       if (!completed) {
         await rollback()

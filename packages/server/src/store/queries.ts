@@ -239,51 +239,6 @@ WHERE ${PK}${fence}`,
   }
 }
 
-const FENCED_OUT = 'oncely: fenced out'
-
-/**
- * The fenced completion and the COMMIT in one round trip, as one simple-protocol message: `EXECUTE complete(...);
- * COMMIT`. The completion stays the last statement of the business transaction. When it matches no row (another
- * attempt took over), the statement fails on purpose with {@link isFencedOut}'s error, which skips the COMMIT and
- * leaves the transaction aborted, so the caller rolls back. The row count decides at run time (`count(*)`), so the
- * failing branch cannot be folded at plan time. Arguments are literals, as in {@link reserveAndBegin}; the body goes
- * as a hex `bytea` literal.
- */
-export function completeAndCommit(
-  names: TableNames,
-  id: RecordId,
-  token: string,
-  status: 'succeeded' | 'failed_permanent',
-  response: { status: number; headers: Record<string, string>; body: Buffer },
-  fenced = true,
-): { statement: SqlStatement; text: string } {
-  if (!Number.isSafeInteger(response.status))
-    throw new TypeError('Expected the response status to be an integer.')
-  const statement = sqlStatement(
-    names,
-    fenced ? 'complete' : 'complete_unfenced',
-    '(text, text, text, uuid, text, int4, jsonb, bytea)',
-    () => `WITH c AS (
-  ${complete(names, id, token, status, response, fenced).text}
-  RETURNING 1
-)
-SELECT CASE WHEN count(*) = 1 THEN 1 ELSE ('${FENCED_OUT}: ' || count(*))::int END AS completed FROM c`,
-  )
-  const args = [id.scope, id.operation, id.key, token, status].map(literal)
-  const headers = literal(JSON.stringify(response.headers))
-  const body = literal(`\\x${response.body.toString('hex')}`)
-  return {
-    statement,
-    text: `EXECUTE ${statement.name}(${args.join(', ')}, ${response.status}, ${headers}, ${body}); COMMIT`,
-  }
-}
-
-/** True for the error {@link completeAndCommit} raises when the completion was fenced out. */
-export function isFencedOut(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
-  return code === '22P02' && typeof message === 'string' && message.includes(FENCED_OUT)
-}
-
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
 export function release(names: TableNames, id: RecordId, token: string): Query {
   return {
