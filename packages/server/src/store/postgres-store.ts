@@ -20,6 +20,8 @@ export interface PostgresStoreOptions {
    * behind a pooler in transaction mode (PgBouncer, RDS Proxy...), where the next statement may reach another
    * server connection that never saw the `PREPARE`: every statement is then sent unnamed, with parameters.
    * @default true
+   * @example
+   * postgresStore({ pool: pgbouncerPool, preparedStatements: false })
    */
   preparedStatements?: boolean
 }
