@@ -13,7 +13,6 @@
  * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"heal"}`: no more crash points.
  *   `{"type":"drain"}`: resume, then report `pending()`.
  */
-import { writeSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { createClient, type IntentStore, isHTTPError, type OncelyResponse } from '@oncely/client'
 import { fileStore } from '@oncely/client/node'
@@ -22,6 +21,7 @@ import type { WORKER_CRASH_POINTS } from './faults.js'
 import type { PaymentBody, ReportedEvent } from './history.js'
 import { createRandom } from './random.js'
 import { workerEnv } from './worker-env.js'
+import { writeLineSync } from './write-line.js'
 
 type Command =
   | { type: 'request'; intent: string; body: PaymentBody }
@@ -43,7 +43,7 @@ const PATH = '/v1/payments'
 
 // Synchronous, so an event is out before a self-inflicted SIGKILL.
 function emit(event: ReportedEvent | { type: 'ready' }): void {
-  writeSync(1, `${JSON.stringify(event)}\n`)
+  writeLineSync(1, JSON.stringify(event))
 }
 
 let healed = false
