@@ -1,3 +1,28 @@
+/**
+ * Chaos for the other layers (issue 7): the outbox, the inbox, recovery points and the Redis soft lease, each under
+ * the faults that break it, seeded by the suite's PRNG (`CHAOS_LAYERS_SEED=<n>` reproduces a run; the seed is
+ * printed with the summary). Real services only: Postgres (a fresh database per scenario), NATS JetStream
+ * (`NATS_URL`, a stream per run, deleted at the end) and Redis (`REDIS_URL`, a key prefix per run). Without
+ * NATS or Redis, and with their variable unset, that scenario is skipped with a one-line reason.
+ *
+ * - outbox → JetStream → inbox (`src/layers/outbox-scenario.ts`): 60 messages enqueued in business transactions
+ *   while 3 dispatcher processes publish and 1 consumer process applies them through `createInbox` +
+ *   `consumeJetStreamMessage`. Faults: `crash-dispatcher-after-publish` (the `afterPublish` hook SIGKILLs the
+ *   process after a seeded number of publishes, before the mark), `kill-dispatcher` and `kill-consumer` (the driver
+ *   SIGKILLs at seeded moments), `crash-consumer-after-commit` (commit through the inbox, SIGKILL before the ack).
+ *   Checks: one effect row per message id, none missing or unasked for, every row published, the stream holding
+ *   each id once (JetStream's duplicate window), publish attempts above the message count, no process dying by
+ *   itself.
+ * - Redis soft lease (`src/layers/redis-scenario.ts`): 30 keys × 6 concurrent duplicates through `withSoftLease`,
+ *   whose ioredis client goes through the suite's `FaultProxy` (tcp). Faults: `redis-cut` (all connections
+ *   destroyed and new ones black-holed at a seeded moment, healed at a seeded later one),
+ *   `redis-black-holed-connection`, `redis-error-fall-through` (requests that fell through to Postgres). Checks: one
+ *   execution and one effect row per key, every answer executed, replayed or in_progress.
+ * - Steps (`src/layers/steps-scenario.ts`): 24 keys of a three-step flow, two concurrent callers each. Faults:
+ *   `crash-after-step` (thrown at `afterStep`), `crash-inside-step` (after the provider call, before the step's
+ *   commit). Checks: one provider effect per step key (only a step crashed inside itself calls twice, with the same
+ *   key), one local write per step, one final effect per key. A sabotaged run (random step keys) must fail.
+ */
 import { afterAll, describe, expect, it } from 'vitest'
 import { defaultLogDir, OUTBOX_FAULTS, runOutboxScenario } from '../src/layers/outbox-scenario.js'
 import { REDIS_FAULTS, runRedisScenario } from '../src/layers/redis-scenario.js'
@@ -56,5 +81,11 @@ describe('chaos: the other layers', () => {
   it('steps crashed after and inside seeded steps: one provider effect per step key, one final effect', async () => {
     const result = await runStepsScenario({ random })
     expectProved('steps', result, STEPS_FAULTS)
+  }, 60_000)
+
+  it('the steps check fails when step keys are not deterministic (a re-run step charges twice)', async () => {
+    const result = await runStepsScenario({ random, unsafeRandomStepKeys: true })
+    expect(result.faults['crash-inside-step']).toBeGreaterThan(0)
+    expect(result.violations.some((v) => v.startsWith('the provider made'))).toBe(true)
   }, 60_000)
 })

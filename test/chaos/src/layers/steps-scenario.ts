@@ -7,6 +7,7 @@
  * the same key, which the provider deduplicates, and nothing else calls twice), one local write per step, and one
  * final effect per key.
  */
+import { randomUUID } from 'node:crypto'
 import { createEngine, type ExecuteInput, migrate, type Outcome, postgresStore } from '@oncely/server'
 import { type Step, steps } from '@oncely/server/steps'
 import { createTestDatabase } from '@oncely/test-support'
@@ -21,6 +22,12 @@ export interface StepsScenarioOptions {
   random: Random
   /** @default 24 */
   keys?: number
+  /**
+   * UNSAFE, to prove the check can fail: send the provider a fresh key per call instead of the step's
+   * deterministic one, so a step re-run after a crash inside it charges twice.
+   * @default false
+   */
+  unsafeRandomStepKeys?: boolean
 }
 
 type State = Record<string, string>
@@ -43,7 +50,8 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
     const flow = (key: string, crash: { kind: (typeof STEPS_FAULTS)[number]; step: string } | undefined) => {
       const step = (name: string): Step<State> => ({
         name,
-        run: async ({ tx, stepKey }) => {
+        run: async ({ tx, stepKey: derived }) => {
+          const stepKey = options.unsafeRandomStepKeys ? `${derived}:${randomUUID()}` : derived
           calls.set(stepKey, (calls.get(stepKey) ?? 0) + 1)
           if (!effects.has(stepKey)) effects.set(stepKey, `${name}_${effects.size + 1}`)
           await tx.query('INSERT INTO step_writes VALUES ($1, $2)', [key, name])
