@@ -30,8 +30,10 @@ import { optionalService, type ScenarioResult } from '../src/layers/services.js'
 import { runStepsScenario, STEPS_FAULTS } from '../src/layers/steps-scenario.js'
 import { createRandom, randomSeed } from '../src/random.js'
 
-// CHAOS_LAYERS_SEED reproduces a run; otherwise each run draws a seed (printed) so CI covers different mixes.
-const seed = process.env.CHAOS_LAYERS_SEED ? Number(process.env.CHAOS_LAYERS_SEED) : randomSeed()
+// A fixed seed by default, so CI is reproducible (like the main suite's quick tier); CHAOS_LAYERS_SEED=<n> runs
+// another mix (`CHAOS_LAYERS_SEED=random` draws one and prints it).
+const seedSetting = process.env.CHAOS_LAYERS_SEED
+const seed = seedSetting === 'random' ? randomSeed() : seedSetting ? Number(seedSetting) : 1
 const random = createRandom(seed)
 const nats = await optionalService('NATS_URL', 'nats://127.0.0.1:4222')
 const redis = await optionalService('REDIS_URL', 'redis://127.0.0.1:6379')
