@@ -80,3 +80,4 @@ export async function createTestDatabase(
 }
 
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
+export { optionalService, waitFor } from './services.js'

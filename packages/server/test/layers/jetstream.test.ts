@@ -3,12 +3,12 @@ import { fileURLToPath } from 'node:url'
 import { AckPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
+import { optionalService } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createInbox } from '../../src/inbox/index.js'
 import { consumeJetStreamMessage, jetStreamPublisher } from '../../src/nats/index.js'
 import { createDispatcher, enqueue } from '../../src/outbox/index.js'
 import { engineFor, freshKey, setupDatabase } from '../helpers.js'
-import { optionalService } from './services.js'
 
 const nats = await optionalService('NATS_URL', 'nats://127.0.0.1:4222')
 if (nats.skip) console.warn(`skipping JetStream tests: ${nats.skip}`)

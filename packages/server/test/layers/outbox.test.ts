@@ -1,6 +1,7 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { TestDatabase } from '@oncely/test-support'
+import { waitFor } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   createDispatcher,
@@ -12,7 +13,6 @@ import {
 } from '../../src/outbox/index.js'
 import { verifySignature } from '../../src/webhooks/index.js'
 import { engineFor, freshKey, setupDatabase, sleep } from '../helpers.js'
-import { waitFor } from './services.js'
 
 let db: TestDatabase
 beforeAll(async () => {

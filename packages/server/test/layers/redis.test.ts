@@ -1,11 +1,11 @@
 import net from 'node:net'
 import type { TestDatabase } from '@oncely/test-support'
+import { optionalService } from '@oncely/test-support'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Engine, ExecuteInput } from '../../src/index.js'
 import { withSoftLease } from '../../src/redis/index.js'
 import { countPayments, engineFor, fingerprintOf, freshKey, setupDatabase, sleep } from '../helpers.js'
-import { optionalService } from './services.js'
 
 const service = await optionalService('REDIS_URL', 'redis://127.0.0.1:6379')
 if (service.skip) console.warn(`skipping Redis soft-lease tests: ${service.skip}`)

@@ -1,8 +1,13 @@
+/** Optional services for tests (NATS JetStream, Redis), found on loopback only. */
 import net from 'node:net'
 
 /**
- * Finds an optional service for a test file: the URL from `envName` (then the tests must run, so a dead service
- * fails them), else the default loopback URL if something answers there, else a one-line reason to skip.
+ * The URL from `envName` (then the tests must run, so a dead service fails them), else the default loopback URL
+ * if something answers there, else a one-line reason to skip.
+ *
+ * @example
+ * const redis = await optionalService('REDIS_URL', 'redis://127.0.0.1:6379')
+ * describe.skipIf(redis.skip)('soft lease', () => { ... })
  */
 export async function optionalService(
   envName: 'NATS_URL' | 'REDIS_URL',
@@ -26,11 +31,15 @@ export async function optionalService(
   return { url: '', skip: `${envName} is unset and nothing answers at ${defaultUrl}` }
 }
 
-/** Polls `check` until it returns true or `timeoutMs` passes (then throws with `what`). */
-export async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000) {
+/** Polls `check` every 25 ms until it returns true, or throws naming `what` after `timeoutMs`. */
+export async function waitFor(
+  what: string,
+  check: () => Promise<boolean> | boolean,
+  timeoutMs = 15_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}.`)
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}.`)
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
 }
