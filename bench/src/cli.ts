@@ -1,6 +1,7 @@
 // `pnpm bench`: starts the bench server on a fresh database, runs the suites and prints Markdown tables;
 // `--json <file>` also writes the ratios and targets. See docs/benchmarks.md for the method.
 import { writeFile } from 'node:fs/promises'
+import { performance } from 'node:perf_hooks'
 import { createTestDatabase } from '@oncely/test-support'
 import { describeMachine } from './machine.js'
 import { parseOptions, USAGE } from './options.js'
@@ -13,6 +14,10 @@ import { storm } from './suites/storm.js'
 import { evaluateTargets } from './targets.js'
 
 const POOL_SIZE = 10
+
+/** `1M`, `3M`, `500k`, `0`: the shape suffix of a scale run. */
+const rowLabel = (rows: number) =>
+  rows >= 1_000_000 ? `${rows / 1_000_000}M` : rows >= 1_000 ? `${rows / 1_000}k` : String(rows)
 
 const options = parseOptions(process.argv.slice(2))
 if (!process.env.DATABASE_URL) {
@@ -97,6 +102,19 @@ try {
     log('\nclient write-ahead')
     report.client = await clientBench({ rounds: mode.rounds, requestsPerRound: mode.clientRequests, log })
   }
+  if (options.suites.has('client-browser')) {
+    // Loaded here so a machine without Playwright's package still runs the other suites.
+    const { browserClientBench } = await import('./suites/client-browser.js')
+    log('\nclient write-ahead in Chromium')
+    const browser = await browserClientBench({
+      rounds: mode.rounds,
+      requestsPerRound: mode.clientRequests,
+      resumeIntents: options.suites.has('scale') ? options.intents : 0,
+      log,
+    })
+    report.client.push(...browser.client)
+    report.resume.push(...browser.resume)
+  }
   if (options.suites.has('scale')) {
     // Loaded here so the other suites still run while @oncely/server or @oncely/client cannot be imported.
     const scale = await import('./suites/scale.js')
@@ -104,15 +122,18 @@ try {
     report.reaper = await scale.reaperThroughput(db.pool, options.quick ? 100_000 : 1_000_000)
     log(`  ${report.reaper.rowsPerSecond.toFixed(0)} expired rows/s`)
     log('scale: resume()')
-    report.resume = await scale.resumeTime(options.quick ? 1_000 : 10_000)
-    for (const r of report.resume) log(`  ${r.store}: ${r.intents} intents in ${r.seconds.toFixed(2)} s`)
-    if (!options.quick && server.urls.oncely) {
-      for (const [label, size] of [
-        ['1M', 1_000_000],
-        ['10M', 10_000_000],
-      ] as const) {
-        log(`scale: filling the key table to ${label} rows`)
-        await scale.fillKeys(db.pool, size)
+    const resumed = await scale.resumeTime(options.intents)
+    report.resume.push(...resumed)
+    for (const r of resumed) log(`  ${r.store}: ${r.intents} intents in ${r.seconds.toFixed(2)} s`)
+    if (server.urls.oncely) {
+      for (const size of options.rows) {
+        const label = rowLabel(size)
+        const fillStart = performance.now()
+        const added = await scale.fillKeys(db.pool, size)
+        const rows = await scale.keyRows(db.pool)
+        log(
+          `scale: key table at ${rows} rows (${added} added in ${((performance.now() - fillStart) / 1000).toFixed(0)} s)`,
+        )
         const summaries = await compare({
           urls: server.urls,
           pool: db.pool,

@@ -10,9 +10,16 @@ export interface BenchOptions {
   /** Variants to start. @default all */
   variants: readonly string[]
   redisUrl: string
+  /**
+   * Key-table sizes for the scale suite's latency runs, each filled in turn (0 = the table as the reaper left it).
+   * @default none with --quick, [0, 1_000_000, 10_000_000] otherwise
+   */
+  rows: readonly number[]
+  /** Pending intents per store for the scale suite's resume() timing. @default 1000 with --quick, 10000 otherwise */
+  intents: number
 }
 
-export const SUITES = ['server', 'storm', 'client', 'scale'] as const
+export const SUITES = ['server', 'storm', 'client', 'client-browser', 'scale'] as const
 export type Suite = (typeof SUITES)[number]
 export const VARIANTS = [
   'baseline',
@@ -22,12 +29,16 @@ export const VARIANTS = [
   'powertools-redis',
 ]
 
-export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,scale] [--variants a,b]
+export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale] [--variants a,b]
 
   --quick           short runs (3 rounds), no 1M/10M-row scale runs
   --json <file>     write the ratios and targets as JSON
-  --suites <list>   run only these suites (default: all; scale row fills run only without --quick)
+  --suites <list>   run only these suites (default: all; client-browser needs Chromium, and with scale it
+                    also times resume() of --intents intents in indexedDbStore)
   --variants <list> start only these server variants (baseline is always started)
+  --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
+                    0,1M,10M otherwise)
+  --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
                     known: ${VARIANTS.join(', ')}
   REDIS_URL         Redis for the Redis-backed peers (default redis://127.0.0.1:6379)
   DATABASE_URL      Postgres server; a fresh database is created on it and dropped afterwards`
@@ -45,6 +56,14 @@ function list(value: string | undefined, known: readonly string[], option: strin
   return items
 }
 
+/** Parses `1M`, `500k` or `250000` into a row count. */
+function count(value: string, option: string): number {
+  const match = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(value.trim())
+  if (!match) throw new TypeError(`${option} expects counts like 0, 500k or 1M; got ${value}`)
+  const unit = { '': 1, k: 1_000, m: 1_000_000 }[match[2]!.toLowerCase() as '' | 'k' | 'm']
+  return Math.round(Number(match[1]) * unit)
+}
+
 export function parseOptions(argv: readonly string[]): BenchOptions {
   const { values } = parseArgs({
     args: argv.filter((arg) => arg !== '--'),
@@ -53,6 +72,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       json: { type: 'string' },
       suites: { type: 'string' },
       variants: { type: 'string' },
+      rows: { type: 'string' },
+      intents: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   })
@@ -62,11 +83,21 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
   }
   const base = process.env.INIT_CWD ?? process.cwd()
   const variants = list(values.variants, VARIANTS, '--variants') ?? VARIANTS
+  const quick = values.quick ?? false
+  const rows =
+    values.rows === undefined
+      ? quick
+        ? []
+        : [0, 1_000_000, 10_000_000]
+      : values.rows.split(',').map((item) => count(item, '--rows'))
+  const intents = values.intents === undefined ? (quick ? 1_000 : 10_000) : count(values.intents, '--intents')
   return {
-    quick: values.quick ?? false,
+    quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),
     suites: new Set((list(values.suites, SUITES, '--suites') ?? SUITES) as Suite[]),
     variants: variants.includes('baseline') ? variants : ['baseline', ...variants],
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    rows,
+    intents,
   }
 }

@@ -101,8 +101,15 @@ export function markdown(report: BenchReport): string {
   if (report.client.length > 0) {
     parts.push(
       `\n**client, per mutation**\n\n${table(
-        ['store', 'p50 ms', 'p99 ms', 'added p50 ms vs ky', 'added p99 ms vs ky'],
-        report.client.map((c) => [c.store, ms(c.p50Ms), ms(c.p99Ms), ms(c.addedP50Ms), ms(c.addedP99Ms)]),
+        ['runtime', 'store', 'p50 ms', 'p99 ms', 'added p50 ms vs baseline', 'added p99 ms vs baseline'],
+        report.client.map((c) => [
+          c.runtime,
+          c.store,
+          ms(c.p50Ms),
+          ms(c.p99Ms),
+          ms(c.addedP50Ms),
+          ms(c.addedP99Ms),
+        ]),
       )}`,
     )
   }
@@ -164,6 +171,7 @@ export function summary(report: BenchReport): unknown {
       burstMs: round(s.burstMs),
     })),
     client: report.client.map((c) => ({
+      runtime: c.runtime,
       store: c.store,
       addedP50Ms: round(c.addedP50Ms),
       addedP99Ms: round(c.addedP99Ms),

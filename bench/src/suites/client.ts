@@ -16,15 +16,35 @@ import ky from 'ky'
 import { median, percentile } from '../stats.js'
 
 export interface ClientSummary {
-  store: 'ky' | 'memoryStore' | 'fileStore'
+  /** `ky` (Node) and `fetch` (Chromium) are the baselines: a key header, nothing persisted. */
+  store: 'ky' | 'memoryStore' | 'fileStore' | 'fetch' | 'indexedDbStore relaxed' | 'indexedDbStore strict'
+  runtime: 'node' | 'chromium'
   p50Ms: number
   p99Ms: number
-  /** Median over rounds of this store's p50 minus ky's p50 in the same round. 0 for ky itself. */
+  /** Median over rounds of this store's p50 minus the baseline's p50 in the same round. 0 for the baseline. */
   addedP50Ms: number
   addedP99Ms: number
 }
 
 type Send = () => Promise<unknown>
+
+/** Medians over rounds of each sender's p50/p99, and of its difference to `baseline` in the same round. */
+export function summarize(
+  rounds: readonly Record<string, number[]>[],
+  names: readonly ClientSummary['store'][],
+  baseline: ClientSummary['store'],
+  runtime: ClientSummary['runtime'],
+): ClientSummary[] {
+  const at = (r: Record<string, number[]>, name: string, p: number) => percentile(r[name]!, p)
+  return names.map((name) => ({
+    store: name,
+    runtime,
+    p50Ms: median(rounds.map((r) => at(r, name, 50))),
+    p99Ms: median(rounds.map((r) => at(r, name, 99))),
+    addedP50Ms: median(rounds.map((r) => at(r, name, 50) - at(r, baseline, 50))),
+    addedP99Ms: median(rounds.map((r) => at(r, name, 99) - at(r, baseline, 99))),
+  }))
+}
 
 async function listen(): Promise<{ server: Server; url: string }> {
   const server = createServer((request, response) => {
@@ -62,13 +82,13 @@ export async function clientBench(options: {
     clients.push(client)
     return () => client.request({ path: '/ledger', json: body })
   }
-  const senders: Record<ClientSummary['store'], Send> = {
+  const senders: Record<'ky' | 'memoryStore' | 'fileStore', Send> = {
     ky: () =>
       ky.post(`${url}/ledger`, { json: body, headers: { 'idempotency-key': randomUUID() }, retry: 0 }).json(),
     memoryStore: oncely(memoryStore()),
     fileStore: oncely(fileStore({ dir })),
   }
-  const names = Object.keys(senders) as ClientSummary['store'][]
+  const names = Object.keys(senders) as (keyof typeof senders)[]
   try {
     for (const name of names) await timed(senders[name], Math.min(200, options.requestsPerRound))
     const rounds: Record<string, number[]>[] = []
@@ -83,13 +103,7 @@ export async function clientBench(options: {
         `  client round ${round + 1}: ${names.map((n) => `${n} p50 ${percentile(result[n]!, 50).toFixed(3)} ms`).join(', ')}`,
       )
     }
-    return names.map((name) => ({
-      store: name,
-      p50Ms: median(rounds.map((r) => percentile(r[name]!, 50))),
-      p99Ms: median(rounds.map((r) => percentile(r[name]!, 99))),
-      addedP50Ms: median(rounds.map((r) => percentile(r[name]!, 50) - percentile(r.ky!, 50))),
-      addedP99Ms: median(rounds.map((r) => percentile(r[name]!, 99) - percentile(r.ky!, 99))),
-    }))
+    return summarize(rounds, names, 'ky', 'node')
   } finally {
     for (const client of clients) await client.close()
     server.close()

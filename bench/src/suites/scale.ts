@@ -78,7 +78,7 @@ export async function reaperThroughput(
 }
 
 export interface ResumeResult {
-  store: 'memoryStore' | 'fileStore'
+  store: 'memoryStore' | 'fileStore' | 'indexedDbStore'
   intents: number
   seconds: number
   settled: number

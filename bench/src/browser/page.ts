@@ -1,0 +1,91 @@
+// Runs inside Chromium (bundled by suites/client-browser.ts with esbuild): the timed loops live in the page, so
+// every latency is the page's own `performance.now()` around one mutation and no DevTools round trip is counted.
+import { createClient, type IntentRecord, type OncelyClient } from '@oncely/client'
+import { indexedDbStore } from '@oncely/client/idb'
+
+export type BrowserSender = 'fetch' | 'indexedDbStore relaxed' | 'indexedDbStore strict'
+
+const body = { account: 'acct-42', amount: 1250 }
+const clients = new Map<BrowserSender, OncelyClient>()
+
+// `fallback: 'fail'`: a store that silently fell back to memory would measure the wrong thing.
+function client(durability: 'relaxed' | 'strict', name: string): OncelyClient {
+  return createClient({
+    baseUrl: location.origin,
+    store: indexedDbStore({ name, durability, fallback: 'fail' }),
+    resumeOnStart: false,
+    resumeOnOnline: false,
+  })
+}
+
+const senders: Record<BrowserSender, () => Promise<unknown>> = {
+  // The baseline: the same POST with a fresh key header and nothing persisted.
+  fetch: async () => {
+    const response = await fetch('/ledger', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': crypto.randomUUID() },
+      body: JSON.stringify(body),
+    })
+    return response.json()
+  },
+  'indexedDbStore relaxed': () =>
+    clients.get('indexedDbStore relaxed')!.request({ path: '/ledger', json: body }),
+  'indexedDbStore strict': () =>
+    clients.get('indexedDbStore strict')!.request({ path: '/ledger', json: body }),
+}
+
+/** Sends `count` mutations one at a time with `sender` and returns each one's latency in milliseconds. */
+async function timed(sender: BrowserSender, count: number): Promise<number[]> {
+  if (sender !== 'fetch' && !clients.has(sender))
+    clients.set(sender, client(sender === 'indexedDbStore strict' ? 'strict' : 'relaxed', `bench-${sender}`))
+  const send = senders[sender]
+  const latencies: number[] = []
+  for (let i = 0; i < count; i++) {
+    const start = performance.now()
+    await send()
+    latencies.push(performance.now() - start)
+  }
+  return latencies
+}
+
+/** Writes `intents` pending intents into a fresh strict indexedDbStore, then times one `client.resume()`. */
+async function resumeTime(intents: number): Promise<{ seconds: number; settled: number }> {
+  const store = indexedDbStore({ name: `bench-resume-${Date.now()}`, fallback: 'fail' })
+  const now = Date.now()
+  for (let i = 0; i < intents; i++) {
+    const key = crypto.randomUUID()
+    const record: IntentRecord = {
+      format: 1,
+      id: key,
+      key,
+      method: 'POST',
+      url: `${location.origin}/ledger`,
+      body: { encoding: 'utf8', data: JSON.stringify(body) },
+      headers: { 'content-type': 'application/json' },
+      createdAt: now,
+      expiresAt: now + 3_600_000,
+      attempts: 0,
+      version: 1,
+      state: 'pending',
+    }
+    await store.set(record)
+  }
+  const resumer = createClient({
+    baseUrl: location.origin,
+    store,
+    resumeOnStart: false,
+    resumeOnOnline: false,
+  })
+  const started = performance.now()
+  const outcomes = await resumer.resume()
+  const seconds = (performance.now() - started) / 1000
+  await resumer.close()
+  return { seconds, settled: outcomes.filter((o) => o.outcome === 'settled').length }
+}
+
+export interface BenchPage {
+  timed: typeof timed
+  resumeTime: typeof resumeTime
+}
+
+Object.assign(window, { oncelyBench: { timed, resumeTime } satisfies BenchPage })
