@@ -140,6 +140,9 @@ try {
           scenarios: [
             { id: 'oncely-first', variant: 'oncely', path: 'first' },
             { id: 'oncely-replay', variant: 'oncely', path: 'replay' },
+            ...(server.urls['oncely-nocache']
+              ? [{ id: 'oncely-nocache-replay', variant: 'oncely-nocache', path: 'replay' as const }]
+              : []),
           ],
           shapes: [
             { name: `c1@${label}`, connections: 1, amount: mode.c1 },

@@ -24,6 +24,7 @@ export type Suite = (typeof SUITES)[number]
 export const VARIANTS = [
   'baseline',
   'oncely',
+  'oncely-nocache',
   'node-idempotency-pg',
   'node-idempotency-redis',
   'powertools-redis',

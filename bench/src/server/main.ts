@@ -9,6 +9,7 @@ import type { Variant } from './variant.js'
 const loaders: Record<string, () => Promise<Variant>> = {
   baseline: async () => (await import('./baseline.js')).baseline,
   oncely: async () => (await import('./oncely.js')).oncely,
+  'oncely-nocache': async () => (await import('./oncely.js')).oncelyNoCache,
   'node-idempotency-pg': async () => (await import('./node-idempotency.js')).nodeIdempotencyPostgres,
   'node-idempotency-redis': async () => (await import('./node-idempotency.js')).nodeIdempotencyRedis,
   'powertools-redis': async () => (await import('./powertools.js')).powertools,

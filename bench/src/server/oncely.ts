@@ -8,23 +8,31 @@ export const ONCELY_SCHEMA = 'oncely'
 /**
  * oncely: the key is reserved, the INSERT runs and the response is stored in one transaction on the business
  * database, with a fenced completion. The handler only runs the INSERT; the engine owns BEGIN and COMMIT.
+ * `replayCache: false` makes every replay a lookup in the key table, which is what the scale runs must measure:
+ * with the cache a replay of a key this process finished never reaches Postgres, whatever the table's size.
  */
-export const oncely: Variant = {
-  name: 'oncely',
-  description: 'oncely engine + Fastify plugin, keys in the business Postgres, same transaction',
-  async setup(scope, { pool }) {
-    await migrate(pool, { schema: ONCELY_SCHEMA })
-    const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }) })
-    await scope.register(idempotency, { engine, tenant: () => 'bench' })
-    scope.post<{ Body: Transfer }>(
-      '/ledger',
-      { config: { idempotency: { required: true } } },
-      async (request, reply) => {
-        const { tx, key } = request.idempotency
-        const response = await insertEntry(tx, key, request.body)
-        return reply.code(response.status).send(response.body)
-      },
-    )
-    return async () => {}
-  },
+function variant(name: string, replayCache: boolean): Variant {
+  return {
+    name,
+    description: `oncely engine + Fastify plugin, keys in the business Postgres, same transaction${replayCache ? '' : ', replay cache off'}`,
+    async setup(scope, { pool }) {
+      await migrate(pool, { schema: ONCELY_SCHEMA })
+      const store = postgresStore({ pool, schema: ONCELY_SCHEMA })
+      const engine = createEngine(replayCache ? { store } : { store, replayCache: false })
+      await scope.register(idempotency, { engine, tenant: () => 'bench' })
+      scope.post<{ Body: Transfer }>(
+        '/ledger',
+        { config: { idempotency: { required: true } } },
+        async (request, reply) => {
+          const { tx, key } = request.idempotency
+          const response = await insertEntry(tx, key, request.body)
+          return reply.code(response.status).send(response.body)
+        },
+      )
+      return async () => {}
+    },
+  }
 }
+
+export const oncely = variant('oncely', true)
+export const oncelyNoCache = variant('oncely-nocache', false)
