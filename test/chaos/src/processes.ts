@@ -153,9 +153,10 @@ export class ManagedProcess {
     // Kill this incarnation only: a newer one may have been started while this one was failing.
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     await exited
-    // 'exit' can come before the pipes are read to the end: wait for the last lines (bounded, in case a
-    // grandchild holds the pipe open), so the error quotes the process's last words, its reason for exiting.
-    await Promise.race([Promise.all(drained), new Promise((resolve) => setTimeout(resolve, 2000).unref())])
+    // 'exit' can come before the pipes are read to the end: wait for the last lines (bounded, generously: a busy CI
+    // took over 2 s to read 50 kB; the bound only matters when a grandchild holds the pipe open), so the error
+    // quotes the process's last words, its reason for exiting.
+    await Promise.race([Promise.all(drained), new Promise((resolve) => setTimeout(resolve, 10_000).unref())])
     const why =
       outcome === 'timeout'
         ? `not ready within ${timeoutMs} ms`
