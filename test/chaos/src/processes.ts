@@ -116,12 +116,12 @@ export class ManagedProcess {
     })
     // This incarnation's last lines, for the error of a failed start (the log file may lag behind its stream).
     const tail: string[] = []
-    const drained: Array<Promise<void>> = []
+    // 'close' comes only after every stdio stream ended, so every 'data' chunk (and every line) was handled by then.
+    const drained = new Promise<void>((resolve) => child.once('close', () => resolve()))
     for (const stream of ['stdout', 'stderr'] as const) {
       const source = child[stream]!
       source.on('data', (chunk: Buffer) => this.#log?.write(chunk))
       const lines = createInterface({ input: source })
-      drained.push(new Promise((resolve) => lines.once('close', () => resolve())))
       lines.on('line', (line) => {
         if (tail.push(line) > TAIL_LINES) tail.shift()
         if (readyLine?.test(line)) markReady()
@@ -156,7 +156,7 @@ export class ManagedProcess {
     // 'exit' can come before the pipes are read to the end: wait for the last lines (bounded, generously: a busy CI
     // took over 2 s to read 50 kB; the bound only matters when a grandchild holds the pipe open), so the error
     // quotes the process's last words, its reason for exiting.
-    await Promise.race([Promise.all(drained), new Promise((resolve) => setTimeout(resolve, 10_000).unref())])
+    await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, 10_000).unref())])
     const why =
       outcome === 'timeout'
         ? `not ready within ${timeoutMs} ms`
