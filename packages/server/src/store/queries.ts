@@ -17,21 +17,25 @@ export interface Query {
 // another text), so it is derived from the text itself: two stores on different tables, or the unfenced completion,
 // get different names, well under Postgres' 63-byte limit. The texts depend only on the table, so each is built,
 // hashed and named once per TableNames.
-const memo = new WeakMap<TableNames, Map<string, { name: string; text: string }>>()
+const memo = new WeakMap<TableNames, Map<string, unknown>>()
+/** Builds what `kind` needs for a table once, then returns the same object (the texts are hashed once, not per request). */
+function once<T>(names: TableNames, kind: string, create: () => T): T {
+  let known = memo.get(names)
+  if (!known) {
+    known = new Map()
+    memo.set(names, known)
+  }
+  if (!known.has(kind)) known.set(kind, create())
+  return known.get(kind) as T
+}
+
+const textHash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 24)
+
 function statement(names: TableNames, kind: string, build: () => string): { name: string; text: string } {
-  let texts = memo.get(names)
-  if (!texts) {
-    texts = new Map()
-    memo.set(names, texts)
-  }
-  let found = texts.get(kind)
-  if (!found) {
+  return once(names, kind, () => {
     const text = build()
-    const name = `oncely_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`
-    found = { name, text }
-    texts.set(kind, found)
-  }
-  return found
+    return { name: `oncely_${kind}_${textHash(text)}`, text }
+  })
 }
 
 export interface RecordId {
@@ -166,22 +170,13 @@ export function reserveAndBegin(
   }
 }
 
-const sqlStatements = new WeakMap<TableNames, Map<string, SqlStatement>>()
 function sqlStatement(names: TableNames, kind: string, types: string, build: () => string): SqlStatement {
-  let known = sqlStatements.get(names)
-  if (!known) {
-    known = new Map()
-    sqlStatements.set(names, known)
-  }
-  let found = known.get(kind)
-  if (!found) {
+  return once(names, `sql ${kind}`, () => {
     const text = build()
     // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
-    const name = `oncely_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 24)}_sql`
-    found = { name, prepare: `PREPARE ${name}${types} AS ${text}` }
-    known.set(kind, found)
-  }
-  return found
+    const name = `oncely_${kind}_${textHash(text)}_sql`
+    return { name, prepare: `PREPARE ${name}${types} AS ${text}` }
+  })
 }
 
 /** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
