@@ -5,6 +5,8 @@ import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
 import * as q from '../store/queries.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
+import { LazyAbort } from './lazy-abort.js'
+import { createLockExecutor } from './lock-mode.js'
 import { checkInput, positiveInteger, resolveOptions } from './options.js'
 import { ReplayCache } from './replay-cache.js'
 import { normalizeResponse } from './response.js'
@@ -176,11 +178,33 @@ export function createEngine(options: EngineOptions): Engine {
     return true
   }
 
+  const executeLocked =
+    config.reservation === 'lock'
+      ? createLockExecutor({
+          pool,
+          names,
+          preparedStatements,
+          config,
+          hooks,
+          emit,
+          prepare,
+          endTransaction,
+          answerFinished: (id, fingerprint, row, sent) =>
+            finished(id, fingerprint, remember(id, row, sent), false),
+          remember: (id, fingerprint, response, expiresInMs, sent) =>
+            cache?.set(id, fingerprint, response, expiresInMs, sent.at, sent.wall),
+          fencedOut: (id, attempt) => fencedOut(id, attempt),
+          failOpen: (input) => failOpen(input),
+          stepKey: (id, step) => stepKeyFor(id.scope, id.operation, id.key, step),
+        })
+      : undefined
+
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
     const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
     const cached = cache?.get(id)
     if (cached) return finished(id, input.fingerprint, cached, false)
+    if (executeLocked) return executeLocked(input, id, retentionMs)
     const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
     let pollMs = 25
     for (let round = 0; ; ) {
@@ -284,7 +308,7 @@ export function createEngine(options: EngineOptions): Engine {
     }
 
     const started = Date.now()
-    const abort = new AbortController()
+    const abort = new LazyAbort()
     let broken: Error | undefined
     const onClientError = (error: Error) => {
       broken = error
@@ -318,7 +342,9 @@ export function createEngine(options: EngineOptions): Engine {
           return result.rowCount === 1
         },
         stepKey: (step) => stepKeyFor(id.scope, id.operation, id.key, step),
-        signal: abort.signal,
+        get signal() {
+          return abort.signal
+        },
       }
 
       let response: StoredResponse
@@ -462,7 +488,7 @@ export function createEngine(options: EngineOptions): Engine {
       broken = error
     }
     client.on('error', onClientError)
-    const abort = new AbortController()
+    const abort = new LazyAbort()
     try {
       await client.query('BEGIN')
       const raw = await input.handler({
@@ -474,7 +500,9 @@ export function createEngine(options: EngineOptions): Engine {
         recoveryPoint: null,
         saveRecoveryPoint: async () => false,
         stepKey: (step) => stepKeyFor(input.scope, input.operation, input.key, step),
-        signal: abort.signal,
+        get signal() {
+          return abort.signal
+        },
       })
       const response = normalizeResponse(raw, config.replayHeaders)
       await client.query(response.status >= 500 ? 'ROLLBACK' : 'COMMIT')

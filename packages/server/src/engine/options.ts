@@ -15,6 +15,7 @@ export interface ResolvedOptions {
   unavailableRetryAfterMs: number
   replayHeaders: ReadonlySet<string>
   fenced: boolean
+  reservation: 'row' | 'lock'
   /** Bounds of the replay cache, or null when it is off. */
   replayCache: { maxEntries: number; maxBytes: number } | null
 }
@@ -60,7 +61,12 @@ export function resolveOptions(options: EngineOptions): ResolvedOptions {
     throw new TypeError('Expected `onEvent` to be a function.')
   }
   const fenced = options.unsafe?.disableFencing !== true
+  const reservation = options.reservation ?? 'row'
+  if (reservation !== 'row' && reservation !== 'lock') {
+    throw new TypeError(`Expected \`reservation\` to be 'row' or 'lock', got ${JSON.stringify(reservation)}.`)
+  }
   return {
+    reservation,
     leaseMs,
     retentionMs,
     maxResponseBytes: positiveInteger('maxResponseBytes', options.maxResponseBytes ?? 1_048_576),

@@ -160,7 +160,10 @@ export interface EngineHookContext {
  * and `execute` rejects with the error. A hook that awaits simulates a pause.
  */
 export interface EngineHooks {
-  /** After the reservation committed, before the business transaction begins. */
+  /**
+   * After the reservation committed, before the business transaction begins. With `reservation: 'lock'`: after the
+   * lock was taken, inside the business transaction (`tx` is set, and the connection is held while it runs).
+   */
   afterReserve?: (ctx: EngineHookContext) => Promise<void> | void
   /** After the handler returned and the response was checked, before the fenced completion and COMMIT. */
   beforeCommit?: (ctx: EngineHookContext) => Promise<void> | void
@@ -213,6 +216,26 @@ export interface EngineOptions {
    * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024 } })
    */
   replayCache?: ReplayCacheOptions | false
+  /**
+   * How a new key is reserved.
+   *
+   * - `'row'`: the key row is committed as `in_progress` (with a lease) before the business transaction, and
+   *   completed in it, fenced on a lock token. Duplicates get 409 with the remaining lease as `Retry-After`; an
+   *   attempt that stalls past its lease is taken over and can no longer commit; `saveRecoveryPoint` (and so
+   *   `@oncely/server/steps`) works. Two commits per new key, one of them without a WAL flush.
+   * - `'lock'`: a transaction-scoped advisory lock on the key, taken in the business transaction's first round
+   *   trip, and the finished record written by one fenced upsert sent with the `COMMIT`: one commit and three
+   *   round trips per new key, like the bare transaction. Duplicates get 409 (`Retry-After` one second); an attempt
+   *   holds the key exactly as long as its transaction, so a crash frees it at once, but a stalled attempt holds it
+   *   until Postgres ends its transaction (bound it with `idle_in_transaction_session_timeout`). No record exists
+   *   until the commit, so `saveRecoveryPoint` rejects and `ctx.attempt` counts only attempts that left a record.
+   *
+   * Both modes can share a table (during a switch from one to the other): each fences against the other's writes.
+   * @default 'row'
+   * @example
+   * createEngine({ store, reservation: 'lock' })
+   */
+  reservation?: 'row' | 'lock'
   /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */
   onEvent?: (event: EngineEvent) => void
   /** Fault-injection points for tests and chaos runs. Do not use in production code paths. */

@@ -31,7 +31,11 @@ function once<T>(names: TableNames, kind: string, create: () => T): T {
 
 const textHash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 24)
 
-function statement(names: TableNames, kind: string, build: () => string): { name: string; text: string } {
+export function statement(
+  names: TableNames,
+  kind: string,
+  build: () => string,
+): { name: string; text: string } {
   return once(names, kind, () => {
     const text = build()
     return { name: `oncely_${kind}_${textHash(text)}`, text }
@@ -44,13 +48,13 @@ export interface RecordId {
   key: string
 }
 
-const PK = 'scope = $1 AND operation = $2 AND key = $3'
-const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
+export const PK = 'scope = $1 AND operation = $2 AND key = $3'
+export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
   (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
   greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
   response_status, response_headers, response_body`
 
-const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
+export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
 /**
  * The reservation, one atomic statement: insert the key, or take over a row that is expired, released after a
@@ -121,7 +125,7 @@ FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true
 }
 
 /** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
-function literal(value: string): string {
+export function literal(value: string): string {
   const quoted = `'${value.replaceAll("'", "''")}'`
   return value.includes('\\') ? ` E${quoted.replaceAll('\\', '\\\\')}` : quoted
 }
@@ -170,7 +174,12 @@ export function reserveAndBegin(
   }
 }
 
-function sqlStatement(names: TableNames, kind: string, types: string, build: () => string): SqlStatement {
+export function sqlStatement(
+  names: TableNames,
+  kind: string,
+  types: string,
+  build: () => string,
+): SqlStatement {
   return once(names, `sql ${kind}`, () => {
     const text = build()
     // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.

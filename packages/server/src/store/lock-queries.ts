@@ -1,0 +1,192 @@
+// The statements of the `reservation: 'lock'` protocol (see engine/lock-mode.ts): a transaction-scoped advisory
+// lock on the key, the key's row read after it, and the finished record written as one fenced upsert just before
+// COMMIT. Each is an SQL-level prepared statement so it can travel in one simple-protocol message with BEGIN or
+// COMMIT (arguments as literals), and a protocol-level one for large bodies and for `preparedStatements: false`.
+import type { TableNames } from './identifiers.js'
+import {
+  LOOKUP_COLUMNS,
+  literal,
+  ms,
+  PK,
+  type Query,
+  type RecordId,
+  type SqlStatement,
+  sqlStatement,
+  statement,
+} from './queries.js'
+
+/**
+ * What makes the finishing upsert fail when the row is no longer the version this attempt decided on. The statement
+ * casts this text to an integer, so the failure is an ordinary error (SQLSTATE 22P02) that stops the message before
+ * its COMMIT, and the message names the cause in the server's log.
+ */
+export const FENCE_MARKER = 'oncely: fenced out, the key record changed'
+
+/** True when `error` is the finishing upsert's fence failing (not any other error). */
+export function isFenceError(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  return code === '22P02' && typeof message === 'string' && message.includes(FENCE_MARKER)
+}
+
+/**
+ * The advisory lock and the key's row in one statement. The lock is a 64-bit hash of the table, scope, operation
+ * and key (length-prefixed, so no two triples share a text), transaction-scoped, so it ends with the business
+ * transaction whatever happens to the process. A collision of two in-flight keys only answers one of them 409.
+ *
+ * The row is read with the statement's snapshot, taken just before the lock is granted. So a holder that commits
+ * and lets go of the lock in between can be missed: this attempt then runs, and its finishing upsert, fenced on
+ * "no row", fails and rolls back, and the attempt answers with the holder's response. Correct, and cheaper on every
+ * request than a second statement whose snapshot would follow the lock.
+ */
+function lockAndLookupText(names: TableNames): string {
+  const namespace = literal(`${names.qualified}|`)
+  return `SELECT pg_try_advisory_xact_lock(hashtextextended(${namespace} || length($1) || ':' || $1 || '|' ||
+  length($2) || ':' || $2 || '|' || $3, 0)) AS locked, e.*
+FROM (SELECT 1) AS one LEFT JOIN (
+  SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, updated_at::text AS version
+  FROM ${names.qualified} WHERE ${PK}
+) AS e ON true`
+}
+
+/** The lock-mode lookup's answer: whether the lock was granted, and the row (all null when there is none). */
+export type LockedLookup = { locked: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })
+
+/** The row as the lock-mode lookup returns it; `version` identifies the row version for the finishing fence. */
+export interface LockedLookupRow {
+  fingerprint: string
+  status: 'in_progress' | 'succeeded' | 'failed_retryable' | 'failed_permanent'
+  expired: boolean
+  expires_in_ms: number
+  lease_remaining_ms: number | null
+  response_status: number | null
+  response_headers: Record<string, string> | null
+  response_body: Buffer | null
+  attempts: number
+  recovery_point: string | null
+  version: string
+}
+
+/** `BEGIN; EXECUTE lock_and_lookup(...)`: one round trip. */
+export function beginLockAndLookup(
+  names: TableNames,
+  id: RecordId,
+): { statement: SqlStatement; text: string } {
+  const statement = sqlStatement(names, 'lock', '(text, text, text)', () => lockAndLookupText(names))
+  const args = [id.scope, id.operation, id.key].map(literal).join(', ')
+  return { statement, text: `BEGIN; EXECUTE ${statement.name}(${args})` }
+}
+
+/** The same statement with parameters, for `preparedStatements: false` (sent after a plain BEGIN). */
+export function lockAndLookupQuery(names: TableNames, id: RecordId): Query {
+  const { text } = statement(names, 'lock', () => lockAndLookupText(names))
+  return { text, values: [id.scope, id.operation, id.key] }
+}
+
+/** What the finishing upsert stores. */
+export interface FinishRecord {
+  fingerprint: string
+  status: 'succeeded' | 'failed_permanent'
+  response: { status: number; headers: Record<string, string>; body: Buffer }
+  requestHeaders: Record<string, string> | null
+  retentionMs: number
+  /** The row version the attempt saw after taking the lock (null: there was no row). */
+  seen: { version: string; status: string } | null
+}
+
+/**
+ * The finished record as one upsert, fenced: it inserts when there is no row, and otherwise replaces only the row
+ * version this attempt saw (an expired, released or abandoned record it took over). When anything else happened to
+ * the row meanwhile (another protocol's reservation, a late completion by an attempt whose lease ran out), the
+ * statement fails with {@link FENCE_MARKER} and the transaction, business writes included, is rolled back. A key
+ * that was not expired keeps its first expiry, as in the row protocol.
+ *
+ * The failure is a cast of a text that depends on the row, so the planner cannot fold it into a constant (and fail
+ * at PREPARE); an upsert with a WHERE clause would instead report zero rows, which would take a round trip to
+ * inspect before the COMMIT.
+ */
+function finishText(names: TableNames, fenced: boolean): string {
+  const t = names.qualified
+  const fence = fenced
+    ? 'k.updated_at = $10::timestamptz AND k.status = $11'
+    : '$10::text IS NULL OR $11::text IS NULL OR true'
+  return `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
+  response_headers, response_body, attempts, created_at, updated_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, 1, now(), now(), now() + ${ms('$12')})
+ON CONFLICT (scope, operation, key) DO UPDATE SET
+  status = CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${literal(` ${FENCE_MARKER}`)})::int::text END,
+  fingerprint = excluded.fingerprint,
+  lock_token = NULL,
+  locked_until = NULL,
+  request_headers = excluded.request_headers,
+  response_status = excluded.response_status,
+  response_headers = excluded.response_headers,
+  response_body = excluded.response_body,
+  updated_at = now(),
+  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,
+  recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
+  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
+  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at ELSE k.expires_at END`
+}
+
+const FINISH_TYPES = '(text, text, text, text, text, integer, jsonb, bytea, jsonb, text, text, float8)'
+
+function finishValues(id: RecordId, record: FinishRecord): unknown[] {
+  return [
+    id.scope,
+    id.operation,
+    id.key,
+    record.fingerprint,
+    record.status,
+    record.response.status,
+    JSON.stringify(record.response.headers),
+    record.response.body,
+    record.requestHeaders === null ? null : JSON.stringify(record.requestHeaders),
+    record.seen?.version ?? null,
+    record.seen?.status ?? null,
+    record.retentionMs,
+  ]
+}
+
+/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
+export const INLINE_BODY_BYTES = 32_768
+
+/** `EXECUTE finish(...); COMMIT` as one simple-protocol message (for bodies up to {@link INLINE_BODY_BYTES}). */
+export function finishAndCommit(
+  names: TableNames,
+  id: RecordId,
+  record: FinishRecord,
+  fenced: boolean,
+): { statement: SqlStatement; text: string } {
+  if (!Number.isSafeInteger(record.retentionMs) || !Number.isSafeInteger(record.response.status)) {
+    throw new TypeError('Expected `retentionMs` and the response status to be integers.')
+  }
+  const statement = sqlStatement(names, fenced ? 'finish' : 'finish_unfenced', FINISH_TYPES, () =>
+    finishText(names, fenced),
+  )
+  const text = (value: string | null) => (value === null ? 'NULL' : literal(value))
+  const [scope, operation, key, fingerprint, status, , headers, , requestHeaders, version, seenStatus] =
+    finishValues(id, record) as (string | null)[]
+  const args = [
+    text(scope!),
+    text(operation!),
+    text(key!),
+    text(fingerprint!),
+    text(status!),
+    String(record.response.status),
+    text(headers!),
+    `decode('${record.response.body.toString('hex')}', 'hex')`,
+    text(requestHeaders ?? null),
+    text(version ?? null),
+    text(seenStatus ?? null),
+    String(record.retentionMs),
+  ]
+  return { statement, text: `EXECUTE ${statement.name}(${args.join(', ')}); COMMIT` }
+}
+
+/** The finishing upsert with parameters (large bodies; `preparedStatements: false` sends it unnamed). */
+export function finishQuery(names: TableNames, id: RecordId, record: FinishRecord, fenced: boolean): Query {
+  return {
+    ...statement(names, fenced ? 'finish' : 'finish_unfenced', () => finishText(names, fenced)),
+    values: finishValues(id, record),
+  }
+}
