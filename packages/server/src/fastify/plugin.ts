@@ -1,4 +1,5 @@
-import { parseIdempotencyKey, problem, requestFingerprint } from '@oncely/protocol'
+import { createHash } from 'node:crypto'
+import { type FingerprintInput, fingerprintMaterial, parseIdempotencyKey, problem } from '@oncely/protocol'
 import type {
   FastifyInstance,
   FastifyReply,
@@ -21,6 +22,10 @@ type CapturingRequest = FastifyRequest & { [kCapture]?: ReplyCapture }
 
 const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
   existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
+
+/** The protocol's `requestFingerprint`, hashed with node:crypto (the protocol's portable SHA-256 is pure JS). */
+const requestFingerprint = (input: FingerprintInput) =>
+  createHash('sha256').update(fingerprintMaterial(input)).digest('hex')
 
 function fingerprintBody(body: unknown, route: ResolvedRouteConfig): unknown {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return body
