@@ -362,22 +362,82 @@ describe("reservation: 'lock'", () => {
     expect(await first).toMatchObject({ kind: 'executed' })
   })
 
-  it('rejects saveRecoveryPoint with a message that names the option', async () => {
-    const { engine } = lockEngine()
+  it('writes a leased row on the first recovery point, so a crash after it is taken over like in the row protocol', async () => {
+    const crash = new Error('simulated crash before the commit')
+    const { engine: crashing } = lockEngine({
+      leaseMs: 300,
+      retentionMs: 60_000,
+      hooks: {
+        beforeCommit: () => {
+          throw crash
+        },
+      },
+    })
     const key = freshKey()
-    const outcome = await engine.execute(
+    const charged = async (ctx: ExecutionContext) => {
+      expect(await ctx.saveRecoveryPoint('charged')).toBe(true)
+      return pay(key)(ctx)
+    }
+    await expect(crashing.execute(input(key, { handler: charged }))).rejects.toBe(crash)
+    const { rows } = await db.pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])
+    expect(rows[0]).toMatchObject({ status: 'in_progress', recovery_point: 'charged', attempts: 1 })
+    expect(rows[0].lock_token).not.toBeNull()
+
+    const { engine, events } = lockEngine({ leaseMs: 300, retentionMs: 60_000 })
+    const duplicate = await engine.execute(input(key))
+    expect(duplicate).toMatchObject({ kind: 'in_progress' })
+    if (duplicate.kind === 'in_progress') expect(duplicate.retryAfterMs).toBeLessThanOrEqual(300)
+    await sleep(350)
+    let seenPoint: string | null = null
+    const takeover = await engine.execute(
       input(key, {
-        classify: () => 'retryable',
         handler: async (ctx) => {
-          await ctx.saveRecoveryPoint('charged')
-          return { status: 200 }
+          seenPoint = ctx.recoveryPoint
+          return pay(key)(ctx)
         },
       }),
     )
-    expect(outcome).toMatchObject({ kind: 'retryable_failure' })
-    if (outcome.kind === 'retryable_failure') {
-      expect(String(outcome.error)).toMatch(/reservation: 'row'/)
-    }
+    expect(takeover).toMatchObject({ kind: 'executed', attempt: 2 })
+    expect(seenPoint).toBe('charged')
+    expect(events.some((e) => e.type === 'takeover')).toBe(true)
+    const { rows: paid } = await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [
+      key,
+    ])
+    expect(paid[0].n).toBe(1)
+  })
+
+  it('releases its recovery-point row after a retryable failure, and stores a permanent one on it', async () => {
+    const { engine } = lockEngine({ replayCache: false })
+    const key = freshKey()
+    const retry = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await ctx.saveRecoveryPoint('one')
+          throw new Error('downstream timeout')
+        },
+      }),
+    )
+    expect(retry).toMatchObject({ kind: 'retryable_failure' })
+    const { rows } = await db.pool.query(
+      'SELECT status, recovery_point FROM oncely.idempotency_keys WHERE key = $1',
+      [key],
+    )
+    expect(rows[0]).toEqual({ status: 'failed_retryable', recovery_point: 'one' })
+    const declined = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          expect(ctx.recoveryPoint).toBe('one')
+          await ctx.saveRecoveryPoint('two')
+          throw Object.assign(new Error('card declined'), { statusCode: 402 })
+        },
+      }),
+    )
+    expect(declined).toMatchObject({ kind: 'executed', status: 'failed_permanent', attempt: 2 })
+    const { rows: after } = await db.pool.query(
+      'SELECT status, attempts, lock_token FROM oncely.idempotency_keys WHERE key = $1',
+      [key],
+    )
+    expect(after[0]).toEqual({ status: 'failed_permanent', attempts: 2, lock_token: null })
   })
 
   it('checks the option', () => {

@@ -204,7 +204,7 @@ export function createEngine(options: EngineOptions): Engine {
     const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
     const cached = cache?.get(id)
     if (cached) return finished(id, input.fingerprint, cached, false)
-    if (executeLocked) return executeLocked(input, id, retentionMs)
+    if (executeLocked) return executeLocked(input, id, leaseMs, retentionMs)
     const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
     let pollMs = 25
     for (let round = 0; ; ) {

@@ -2,12 +2,13 @@
 // business transaction's first round trip, and the finished record is written by one fenced upsert sent with the
 // COMMIT. One commit and three round trips per new key, like the bare transaction; see the package README,
 // "Choosing a reservation protocol".
+import { randomUUID } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
 import type { TableNames } from '../store/identifiers.js'
 import * as lq from '../store/lock-queries.js'
-import type * as q from '../store/queries.js'
+import * as q from '../store/queries.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
 import { LazyAbort } from './lazy-abort.js'
 import type { ResolvedOptions } from './options.js'
@@ -56,17 +57,12 @@ export interface LockModeDeps {
 /** Retry-After for a duplicate that found the lock held: the holder's progress is not recorded anywhere. */
 const LOCK_HELD_RETRY_AFTER_MS = 1_000
 
+const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 const isFinished = (row: lq.LockedLookupRow) =>
   row.status === 'succeeded' || row.status === 'failed_permanent'
-
-const saveRecoveryPointUnsupported = async (): Promise<boolean> => {
-  throw new TypeError(
-    "saveRecoveryPoint() needs createEngine({ reservation: 'row' }): with 'lock' nothing is committed before the " +
-      'business transaction, so there is no record to save a point on.',
-  )
-}
 
 export function createLockExecutor(deps: LockModeDeps) {
   const { pool, names, preparedStatements, config, hooks, emit } = deps
@@ -112,8 +108,9 @@ export function createLockExecutor(deps: LockModeDeps) {
   async function executeLocked(
     input: ExecuteInput,
     id: q.RecordId,
+    leaseMs: number,
     retentionMs: number,
-    storeOnly?: StoredResponse,
+    storeOnly?: { response: StoredResponse; token: string | undefined },
   ): Promise<Outcome> {
     const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
     let pollMs = 25
@@ -132,9 +129,13 @@ export function createLockExecutor(deps: LockModeDeps) {
         return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
       }
       const live = row && !row.expired ? row : undefined
-      const held = live?.status === 'in_progress' && (live.lease_remaining_ms ?? 0) > 0
+      // A live lease is another attempt's, unless it carries the token of the attempt storing its error.
+      const held =
+        live?.status === 'in_progress' &&
+        (live.lease_remaining_ms ?? 0) > 0 &&
+        !(storeOnly?.token !== undefined && live.lock_token === storeOnly.token)
       if (locked && !held && !(live && (live.fingerprint !== input.fingerprint || isFinished(live)))) {
-        return run(client, input, id, retentionMs, row, sent, storeOnly)
+        return run(client, input, id, leaseMs, retentionMs, row, sent, storeOnly)
       }
       // Not ours to run: end the transaction without making the answer wait.
       void deps.endTransaction(client)
@@ -162,18 +163,24 @@ export function createLockExecutor(deps: LockModeDeps) {
     client: pg.PoolClient,
     input: ExecuteInput,
     id: q.RecordId,
+    leaseMs: number,
     retentionMs: number,
     row: lq.LockedLookupRow | undefined,
     sent: Sent,
-    storeOnly: StoredResponse | undefined,
+    storeOnly: { response: StoredResponse; token: string | undefined } | undefined,
   ): Promise<Outcome> {
-    // A row that is not expired is an earlier attempt's: released after a retryable failure, or abandoned.
+    // A row that is not expired is an earlier attempt's (released after a retryable failure, or abandoned), or,
+    // when storing a permanent error, possibly this attempt's own recovery-point row.
     const earlier = row && !row.expired ? row : undefined
-    const attempt = earlier ? earlier.attempts + 1 : 1
+    const own = storeOnly?.token !== undefined && earlier?.lock_token === storeOnly.token
+    const attempt = earlier ? earlier.attempts + (own ? 0 : 1) : 1
     if (row?.expired) emit({ type: 'expired', ...id })
-    else if (row?.status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
+    else if (row?.status === 'in_progress' && !own) emit({ type: 'takeover', attempt, ...id })
     if (!storeOnly) emit({ type: 'reserved', attempt, ...id })
 
+    const seen = row ? { version: row.version, status: row.status } : null
+    // Created on the first recovery point only: the row it writes carries it, and the finish accepts that row.
+    let token = storeOnly?.token
     const started = Date.now()
     const abort = new LazyAbort()
     let broken: Error | undefined
@@ -196,7 +203,7 @@ export function createLockExecutor(deps: LockModeDeps) {
 
     try {
       let response: StoredResponse
-      if (storeOnly) response = storeOnly
+      if (storeOnly) response = storeOnly.response
       else {
         await hooks.afterReserve?.({ ...id, attempt, tx: client })
         const ctx: ExecutionContext = {
@@ -204,7 +211,20 @@ export function createLockExecutor(deps: LockModeDeps) {
           ...id,
           attempt,
           recoveryPoint: earlier?.recovery_point ?? null,
-          saveRecoveryPoint: saveRecoveryPointUnsupported,
+          saveRecoveryPoint: async (point, tx) => {
+            token ??= randomUUID()
+            const save = lq.saveRecoveryPoint(names, id, {
+              fingerprint: input.fingerprint,
+              point,
+              token,
+              attempt,
+              leaseMs,
+              retentionMs,
+              requestHeaders: input.requestHeaders ?? null,
+              seen,
+            })
+            return (await (tx ?? pool).query(save)).rowCount === 1
+          },
           stepKey: (step) => deps.stepKey(id, step),
           get signal() {
             return abort.signal
@@ -215,7 +235,7 @@ export function createLockExecutor(deps: LockModeDeps) {
         } catch (error) {
           await rollback()
           const kind = broken ? 'retryable' : (input.classify ?? defaultClassify)(error)
-          if (kind === 'retryable') return released(id, attempt, 'error', { error })
+          if (kind === 'retryable') return await released(id, attempt, token, 'error', { error })
           const stored = normalizeResponse(
             (input.renderError ?? defaultRenderError)(error),
             config.replayHeaders,
@@ -224,16 +244,16 @@ export function createLockExecutor(deps: LockModeDeps) {
           client.off('error', onClientError)
           client.release(broken)
           open = false
-          return await executeLocked(input, id, retentionMs, stored)
+          return await executeLocked(input, id, leaseMs, retentionMs, { response: stored, token })
         }
         if (response.status >= 500) {
           await rollback()
-          return released(id, attempt, 'server_error_response', { response })
+          return await released(id, attempt, token, 'server_error_response', { response })
         }
         if (response.body.length > config.maxResponseBytes) {
           await rollback()
           const error = new ResponseTooLargeError(response.body.length, config.maxResponseBytes)
-          return released(id, attempt, 'response_too_large', { error })
+          return await released(id, attempt, token, 'response_too_large', { error })
         }
         await hooks.beforeCommit?.({ ...id, attempt, tx: client })
       }
@@ -246,7 +266,10 @@ export function createLockExecutor(deps: LockModeDeps) {
           response,
           requestHeaders: input.requestHeaders ?? null,
           retentionMs,
-          seen: row ? { version: row.version, status: row.status } : null,
+          seen,
+          attempt,
+          // Any uuid that no row carries when no recovery point was saved.
+          token: token ?? NO_TOKEN,
         })
         open = false
       } catch (error) {
@@ -280,13 +303,23 @@ export function createLockExecutor(deps: LockModeDeps) {
     }
   }
 
-  function released(
+  async function released(
     id: q.RecordId,
     attempt: number,
+    token: string | undefined,
     reason: 'error' | 'server_error_response' | 'response_too_large',
     detail: { error?: unknown; response?: StoredResponse },
-  ): Outcome {
-    // Nothing to release: the rollback ended the lock, and no record was written.
+  ): Promise<Outcome> {
+    // The rollback ended the lock. A row exists only if this attempt saved a recovery point: release it (fenced on
+    // the token) so the next attempt need not wait out its lease.
+    if (token !== undefined) {
+      try {
+        const query = q.release(names, id, token)
+        await pool.query(preparedStatements ? query : { text: query.text, values: query.values })
+      } catch (error) {
+        emit({ type: 'store_error', error, ...id })
+      }
+    }
     emit({ type: 'released', attempt, reason, ...id })
     return { kind: 'retryable_failure', reason, ...detail }
   }

@@ -43,7 +43,7 @@ function lockAndLookupText(names: TableNames): string {
   return `SELECT pg_try_advisory_xact_lock(hashtextextended(${namespace} || length($1) || ':' || $1 || '|' ||
   length($2) || ':' || $2 || '|' || $3, 0)) AS locked, e.*
 FROM (SELECT 1) AS one LEFT JOIN (
-  SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, updated_at::text AS version
+  SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
   FROM ${names.qualified} WHERE ${PK}
 ) AS e ON true`
 }
@@ -63,6 +63,7 @@ export interface LockedLookupRow {
   response_body: Buffer | null
   attempts: number
   recovery_point: string | null
+  lock_token: string | null
   version: string
 }
 
@@ -91,7 +92,19 @@ export interface FinishRecord {
   retentionMs: number
   /** The row version the attempt saw after taking the lock (null: there was no row). */
   seen: { version: string; status: string } | null
+  /** This attempt's number, stored as `attempts`. */
+  attempt: number
+  /** This attempt's token: a row it saved a recovery point on carries it (see {@link saveRecoveryPoint}). */
+  token: string
 }
+
+/**
+ * Which row versions an attempt may replace: the one it saw after taking the lock, or one carrying its own token
+ * (written by its own recovery point). As SQL over `k` (the existing row), with the seen version and status, and
+ * the token, as parameters.
+ */
+const ours = (version: string, status: string, token: string) =>
+  `((k.updated_at = ${version}::timestamptz AND k.status = ${status}) OR (k.lock_token = ${token}::uuid AND k.status = 'in_progress'))`
 
 /**
  * The finished record as one upsert, fenced: it inserts when there is no row, and otherwise replaces only the row
@@ -107,11 +120,11 @@ export interface FinishRecord {
 function finishText(names: TableNames, fenced: boolean): string {
   const t = names.qualified
   const fence = fenced
-    ? 'k.updated_at = $10::timestamptz AND k.status = $11'
-    : '$10::text IS NULL OR $11::text IS NULL OR true'
+    ? ours('$10', '$11', '$14')
+    : '$10::text IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
   return `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, 1, now(), now(), now() + ${ms('$12')})
+VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
 ON CONFLICT (scope, operation, key) DO UPDATE SET
   status = CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${literal(` ${FENCE_MARKER}`)})::int::text END,
   fingerprint = excluded.fingerprint,
@@ -122,13 +135,14 @@ ON CONFLICT (scope, operation, key) DO UPDATE SET
   response_headers = excluded.response_headers,
   response_body = excluded.response_body,
   updated_at = now(),
-  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,
+  attempts = excluded.attempts,
   recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
   created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
   expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at ELSE k.expires_at END`
 }
 
-const FINISH_TYPES = '(text, text, text, text, text, integer, jsonb, bytea, jsonb, text, text, float8)'
+const FINISH_TYPES =
+  '(text, text, text, text, text, integer, jsonb, bytea, jsonb, text, text, float8, integer, uuid)'
 
 function finishValues(id: RecordId, record: FinishRecord): unknown[] {
   return [
@@ -144,6 +158,8 @@ function finishValues(id: RecordId, record: FinishRecord): unknown[] {
     record.seen?.version ?? null,
     record.seen?.status ?? null,
     record.retentionMs,
+    record.attempt,
+    record.token,
   ]
 }
 
@@ -157,8 +173,8 @@ export function finishAndCommit(
   record: FinishRecord,
   fenced: boolean,
 ): { statement: SqlStatement; text: string } {
-  if (!Number.isSafeInteger(record.retentionMs) || !Number.isSafeInteger(record.response.status)) {
-    throw new TypeError('Expected `retentionMs` and the response status to be integers.')
+  if (![record.retentionMs, record.response.status, record.attempt].every(Number.isSafeInteger)) {
+    throw new TypeError('Expected `retentionMs`, `attempt` and the response status to be integers.')
   }
   const statement = sqlStatement(names, fenced ? 'finish' : 'finish_unfenced', FINISH_TYPES, () =>
     finishText(names, fenced),
@@ -179,6 +195,8 @@ export function finishAndCommit(
     text(version ?? null),
     text(seenStatus ?? null),
     String(record.retentionMs),
+    String(record.attempt),
+    literal(record.token),
   ]
   return { statement, text: `EXECUTE ${statement.name}(${args.join(', ')}); COMMIT` }
 }
@@ -188,5 +206,61 @@ export function finishQuery(names: TableNames, id: RecordId, record: FinishRecor
   return {
     ...statement(names, fenced ? 'finish' : 'finish_unfenced', () => finishText(names, fenced)),
     values: finishValues(id, record),
+  }
+}
+
+/** What a recovery point saved under the lock protocol writes. */
+export interface LockedRecoveryPoint {
+  fingerprint: string
+  point: string
+  token: string
+  attempt: number
+  leaseMs: number
+  retentionMs: number
+  requestHeaders: Record<string, string> | null
+  seen: { version: string; status: string } | null
+}
+
+/**
+ * A recovery point under the lock protocol. Nothing was committed for the key yet, so the first save writes the
+ * row the row protocol would have: `in_progress`, this attempt's token, a lease, and the point. From then on the key
+ * behaves as in the row protocol if this attempt dies: duplicates get 409 until the lease runs out, then the next
+ * attempt takes over with the saved point. Fenced like the finish; zero rows means another attempt got the key.
+ */
+export function saveRecoveryPoint(names: TableNames, id: RecordId, save: LockedRecoveryPoint): Query {
+  const t = names.qualified
+  return {
+    text: `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until,
+  request_headers, recovery_point, attempts, created_at, updated_at, expires_at)
+VALUES ($1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $7::jsonb, $8, $9, now(), now(),
+  now() + ${ms('$10')})
+ON CONFLICT (scope, operation, key) DO UPDATE SET
+  status = 'in_progress',
+  fingerprint = excluded.fingerprint,
+  lock_token = excluded.lock_token,
+  locked_until = excluded.locked_until,
+  request_headers = excluded.request_headers,
+  recovery_point = excluded.recovery_point,
+  response_status = NULL, response_headers = NULL, response_body = NULL,
+  attempts = excluded.attempts,
+  updated_at = now(),
+  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
+  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
+                    ELSE greatest(k.expires_at, excluded.locked_until) END
+WHERE ${ours('$11', '$12', '$5')}`,
+    values: [
+      id.scope,
+      id.operation,
+      id.key,
+      save.fingerprint,
+      save.token,
+      save.leaseMs,
+      save.requestHeaders === null ? null : JSON.stringify(save.requestHeaders),
+      save.point,
+      save.attempt,
+      save.retentionMs,
+      save.seen?.version ?? null,
+      save.seen?.status ?? null,
+    ],
   }
 }
