@@ -38,6 +38,8 @@ export interface AppOptions {
   leaseMs?: number
   /** How long finished keys are replayed, in ms. @default 86_400_000 */
   retentionMs?: number
+  /** The engine's reservation protocol (see `EngineOptions.reservation`). @default 'row' */
+  reservation?: 'row' | 'lock'
   /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
   chaos?: ChaosConfig
   /** Replaces the faults built from `chaos`, for tests. */
@@ -96,6 +98,7 @@ function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults:
     store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
     leaseMs: options.leaseMs ?? 30_000,
     retentionMs: options.retentionMs ?? 86_400_000,
+    reservation: options.reservation ?? 'row',
     hooks: {
       afterReserve: () => faults.at('after-reserve'),
       beforeCommit: () => faults.at('before-commit'),

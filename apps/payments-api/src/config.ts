@@ -56,6 +56,8 @@ export interface Config {
   leaseMs: number
   /** How long keys and stored responses are kept, in ms (`ONCELY_RETENTION_MS`). @default 86400000 (24 hours) */
   retentionMs: number
+  /** The engine's reservation protocol, `row` or `lock` (`ONCELY_RESERVATION`; see @oncely/server). @default 'row' */
+  reservation: 'row' | 'lock'
   /** Fastify's log level (`LOG_LEVEL`). @default 'info' */
   logLevel: string
   /** See {@link ProviderConfig}. */
@@ -95,6 +97,13 @@ function probability(env: Env, name: string, fallback: number): number {
     throw new ConfigError(`${name} must be a number from 0 to 1; got ${JSON.stringify(raw)}.`)
   }
   return value
+}
+
+function reservation(env: Env): 'row' | 'lock' {
+  const raw = env.ONCELY_RESERVATION?.trim()
+  if (raw === undefined || raw === '' || raw === 'row') return 'row'
+  if (raw === 'lock') return 'lock'
+  throw new ConfigError(`ONCELY_RESERVATION must be row or lock; got ${JSON.stringify(raw)}.`)
 }
 
 function flag(env: Env, name: string): boolean {
@@ -166,6 +175,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl,
     leaseMs: integer(env, 'ONCELY_LEASE_MS', 30_000, 1),
     retentionMs: integer(env, 'ONCELY_RETENTION_MS', 86_400_000, 1),
+    reservation: reservation(env),
     logLevel: env.LOG_LEVEL?.trim() || 'info',
     provider: {
       delayMs: integer(env, 'ONCELY_PROVIDER_DELAY_MS', 0, 0, 600_000),

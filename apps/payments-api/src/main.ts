@@ -77,6 +77,7 @@ try {
     provider: createProvider({ pool: providerPool, ...config.provider }),
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
+    reservation: config.reservation,
     ...(config.chaos ? { chaos: config.chaos } : {}),
     logger: { level: config.logLevel },
   })

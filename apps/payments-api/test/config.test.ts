@@ -10,6 +10,7 @@ describe('loadConfig', () => {
       databaseUrl: undefined,
       leaseMs: 30_000,
       retentionMs: 86_400_000,
+      reservation: 'row',
       logLevel: 'info',
       provider: { delayMs: 0, failureRate: 0 },
       chaos: undefined,
@@ -23,12 +24,18 @@ describe('loadConfig', () => {
     [{ ONCELY_RETENTION_MS: '1.5' }, /ONCELY_RETENTION_MS/],
     [{ ONCELY_PROVIDER_FAILURE_RATE: '2' }, /ONCELY_PROVIDER_FAILURE_RATE must be a number from 0 to 1/],
     [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL must be a postgres/],
+    [{ ONCELY_RESERVATION: 'locks' }, /ONCELY_RESERVATION must be row or lock/],
     [{ ONCELY_CHAOS: 'yes' }, /ONCELY_CHAOS must be 1 or 0/],
     [{ ONCELY_CRASH_AT: 'after-provider' }, /ONCELY_CRASH_AT only has an effect with ONCELY_CHAOS=1/],
     [{ ONCELY_CHAOS: '1', ONCELY_CRASH_AT: 'after-lunch' }, /unknown point "after-lunch"/],
   ])('rejects %j, naming the variable', (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError)
     expect(() => loadConfig(env)).toThrow(message)
+  })
+
+  it('reads the reservation protocol', () => {
+    expect(loadConfig({ ONCELY_RESERVATION: 'lock' }).reservation).toBe('lock')
+    expect(loadConfig({ ONCELY_RESERVATION: 'row' }).reservation).toBe('row')
   })
 
   it('reads the chaos knobs only with ONCELY_CHAOS=1', () => {

@@ -23,6 +23,8 @@ export interface ChaosOptions {
   idempotency: boolean
   /** `false` runs the demo without fencing its completions: a paused server's late write must be caught. @default true */
   fencing: boolean
+  /** The engine's reservation protocol in the demo (`ONCELY_RESERVATION`). @default 'row' */
+  reservation: 'row' | 'lock'
   /** API instances behind the proxies. @default 2 */
   servers: number
   /** Client worker processes. @default 3 */
@@ -45,6 +47,7 @@ export const USAGE = `Usage: pnpm chaos [options]
   --report <file>       JSON report path (default: <run dir>/report.json)
   --idempotency off     run the demo without idempotency (the checker must fail)
   --fencing off         run the demo without fencing (the checker must fail)
+  --reservation row|lock  the engine's reservation protocol (default: row)
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
   --run-dir <dir>       where to keep history, logs, report and dump`
@@ -67,6 +70,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
       report: { type: 'string' },
       idempotency: { type: 'string' },
       fencing: { type: 'string' },
+      reservation: { type: 'string' },
       servers: { type: 'string' },
       workers: { type: 'string' },
       'run-dir': { type: 'string' },
@@ -88,6 +92,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     report: values.report ?? join(runDir, 'report.json'),
     idempotency: onOff('--idempotency', values.idempotency),
     fencing: onOff('--fencing', values.fencing),
+    reservation: parseReservation(values.reservation),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
     workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
     runDir,
@@ -112,6 +117,7 @@ export function reproduceCommand(options: ChaosOptions): string {
     args.push(`--faults ${options.faults.join(',') || 'none'}`)
   if (!options.idempotency) args.push('--idempotency off')
   if (!options.fencing) args.push('--fencing off')
+  if (options.reservation !== 'row') args.push(`--reservation ${options.reservation}`)
   return args.join(' ')
 }
 
@@ -149,4 +155,9 @@ function onOff(name: string, text: string | undefined): boolean {
   if (text === undefined || text === 'on') return true
   if (text === 'off') return false
   throw new TypeError(`Expected \`${name}\` to be on or off, got ${text}.`)
+}
+
+function parseReservation(value: string | undefined): 'row' | 'lock' {
+  if (value === undefined || value === 'row' || value === 'lock') return value ?? 'row'
+  throw new TypeError(`Expected \`--reservation\` to be row or lock, got ${value}.`)
 }

@@ -165,6 +165,7 @@ export async function run(
           ...stallEnv(i),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
+          ONCELY_RESERVATION: options.reservation,
         }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)

@@ -34,6 +34,18 @@ describe('the quick tier', () => {
     expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
     rmSync(options.runDir, { recursive: true, force: true })
   }, 600_000)
+
+  it("survives every fault kind with reservation: 'lock' too (the advisory-lock protocol)", async () => {
+    const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+    const options = parseOptions(['--seed=1', '--tier=quick', '--reservation=lock'], root)
+    const report = await run(options, () => {})
+    const summary = formatSummary(report)
+    console.log(summary)
+    expect(report.violations, summary).toEqual([])
+    expect(report.outcomes.lost + report.outcomes.duplicated + report.outcomes.unexpected).toBe(0)
+    expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
+    rmSync(options.runDir, { recursive: true, force: true })
+  }, 600_000)
 })
 
 describe('a sabotaged demo', () => {

@@ -18,6 +18,7 @@ describe('parseOptions', () => {
       durationMs: 60_000,
       idempotency: true,
       fencing: true,
+      reservation: 'row',
       servers: 2,
       workers: 3,
       runDir: '/tmp/chaos-root/runs/2026-01-02T03-04-05-000Z-seed-42',
@@ -48,6 +49,7 @@ describe('parseOptions', () => {
     expect(parseOptions(['--idempotency', 'off', '--fencing', 'off', '--seed', '1'], ROOT)).toMatchObject({
       idempotency: false,
       fencing: false,
+      reservation: 'row',
     })
     expect(parseOptions(['--faults', 'none', '--seed', '1'], ROOT).faults).toEqual([])
   })
