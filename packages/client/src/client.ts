@@ -12,7 +12,7 @@ import { deriveKey, randomKey } from './keys.js'
 import { type ClientOptions, resolveOptions } from './options.js'
 import { mapLimit } from './pool.js'
 import { httpErrorFor, type OncelyResponse, parseData } from './response.js'
-import type { IntentStore } from './store.js'
+import type { ExclusiveResult, IntentStore } from './store.js'
 import { defaultStore } from './stores/default.js'
 import { defaultTimers, sleep } from './timers.js'
 
@@ -123,6 +123,50 @@ export function createClient(options: ClientOptions): OncelyClient {
     return promise
   }
 
+  // Store work left after an answer (the delete of a settled one-off intent, the release of its claim). Its
+  // failures are ignored: the record then stays pending and resume() resends it with the same key and bytes.
+  const background = new Set<Promise<unknown>>()
+  const inBackground = (work: Promise<unknown>) => {
+    const tracked: Promise<unknown> = work.catch(() => {}).finally(() => background.delete(tracked))
+    background.add(tracked)
+  }
+  // This process's answered intents are no longer pending once their deferred work is done; list after it.
+  const drained = async () => {
+    while (background.size > 0) await Promise.all(background)
+  }
+
+  // Runs `fn` under the store's cross-tab claim on `id` (directly when the store has none) and answers as soon as
+  // `fn` does: the work `fn` deferred, then the release of the claim, finish in the background, still in order.
+  const claimed = <T>(
+    id: string,
+    fn: (defer: (work: Promise<unknown>) => void) => Promise<T>,
+  ): Promise<ExclusiveResult<T>> =>
+    new Promise((resolve, reject) => {
+      let answered = false
+      let held: Promise<unknown> | undefined
+      const inner = async () => {
+        const deferred: Promise<unknown>[] = []
+        try {
+          const value = await fn((work) => deferred.push(work.catch(() => {})))
+          resolve({ acquired: true, value })
+        } catch (error) {
+          reject(error)
+        }
+        answered = true
+        if (held) inBackground(held)
+        await Promise.all(deferred)
+      }
+      held = (store.exclusive ? store.exclusive(id, inner) : inner()).then(
+        (result) => {
+          if (result && !result.acquired) resolve({ acquired: false })
+        },
+        (error: unknown) => {
+          if (!answered) reject(error)
+        },
+      )
+      if (answered) inBackground(held)
+    })
+
   // Drives a stored intent under the store's cross-tab claim, re-reading it once the claim is held.
   const driveStored = async (
     id: string,
@@ -130,15 +174,13 @@ export function createClient(options: ClientOptions): OncelyClient {
     signal: AbortSignal | undefined,
     wait: boolean,
   ): Promise<Driven> => {
-    const run = async () => {
-      const record = await store.get(id)
-      if (!record) return { skipped: 'not-pending' as const }
-      if (record.state !== 'pending') return outcomeOf(record)
-      return drive(ctx, record, transient, signal)
-    }
-    if (!store.exclusive) return run()
     for (;;) {
-      const result = await store.exclusive(id, run)
+      const result = await claimed(id, async (defer): Promise<Driven> => {
+        const record = await store.get(id)
+        if (!record) return { skipped: 'not-pending' as const }
+        if (record.state !== 'pending') return outcomeOf(record)
+        return drive(ctx, record, transient, signal, { defer })
+      })
       if (result.acquired) return result.value
       if (!wait) return { skipped: 'busy' }
       await sleep(timers, 250, signal)
@@ -174,30 +216,50 @@ export function createClient(options: ClientOptions): OncelyClient {
       headers: persisted,
       createdAt: now,
       expiresAt: now + resolved.intentTtlMs,
-      attempts: 0,
+      attempts: 1, // counts the first attempt, sent once this record is written
       version: 1,
       state: 'pending',
     }
+    // The write-ahead record already counts the first attempt, so it is the only write before the first byte.
     const run = async (): Promise<Driven> => {
-      if (req.intentId !== undefined) {
-        const existing = await store.get(record.id)
-        const live =
-          existing &&
-          (existing.state === 'pending' || existing.state === 'expired' || (existing.keepUntil ?? 0) > now)
-        if (existing && live) {
-          if (!sameRequest(existing, record)) throw reusedLocally(existing)
-          if (existing.state !== 'pending') return outcomeOf(existing)
-          const result = await driveStored(record.id, transient, req.signal, true)
-          if (!('skipped' in result)) return result
-          // Settled and forgotten by another tab while we waited: a fresh record derives the same key, so the
-          // server answers with its stored response.
-        }
+      if (req.intentId === undefined) {
+        // A fresh random key: nobody else can know this id before it is written, so the claim is requested
+        // together with the write-ahead write and nothing needs re-reading under it.
+        const written = store.set(record) // write-ahead: nothing is sent before this resolves
+        written.catch(() => {}) // observed below; only keeps a failed write from being reported as unhandled
+        const result = await claimed(record.id, async (defer) => {
+          await written
+          return drive(ctx, record, transient, req.signal, { counted: true, defer })
+        })
+        if (result.acquired) return result.value
+        await written
+        // Another process or tab (its resume()) claimed it first: wait for it, then take what it left.
+        const stored = await driveStored(record.id, transient, req.signal, true)
+        if ('skipped' in stored)
+          throw new StorageError(`Intent ${record.id} vanished from the store before it was sent`)
+        return stored
       }
-      await store.set(record) // write-ahead: nothing is sent before this resolves
-      const result = await driveStored(record.id, transient, req.signal, true)
-      if ('skipped' in result)
-        throw new StorageError(`Intent ${record.id} vanished from the store before it was sent`)
-      return result
+      // A named intent may already exist, here or in another tab: read it under the claim, then either return its
+      // outcome, drive it, or write this one ahead and drive it (no re-read needed: the claim is already held).
+      for (;;) {
+        const result = await claimed(record.id, async (defer): Promise<Driven> => {
+          const existing = await store.get(record.id)
+          const live =
+            existing &&
+            (existing.state === 'pending' || existing.state === 'expired' || (existing.keepUntil ?? 0) > now)
+          if (existing && live) {
+            if (!sameRequest(existing, record)) throw reusedLocally(existing)
+            if (existing.state !== 'pending') return outcomeOf(existing)
+            return drive(ctx, existing, transient, req.signal, { defer })
+          }
+          // Absent, or settled and forgotten: a fresh record derives the same key, so the server answers with
+          // its stored response.
+          await store.set(record) // write-ahead: nothing is sent before this resolves
+          return drive(ctx, record, transient, req.signal, { counted: true, defer })
+        })
+        if (result.acquired) return result.value
+        await sleep(timers, 250, req.signal) // another tab or process drives it: wait for its outcome
+      }
     }
     for (;;) {
       const result = await track(record.id, record, run)
@@ -210,6 +272,7 @@ export function createClient(options: ClientOptions): OncelyClient {
   const resume = (): Promise<ResumeOutcome[]> => {
     resuming ??= (async () => {
       // Oldest first, a few at a time: thousands of intents left by an outage must not arrive as one burst.
+      await drained()
       const records = (await store.list()).sort((a, b) => a.createdAt - b.createdAt)
       const now = timers.now()
       const outcomes = await mapLimit(
@@ -257,6 +320,7 @@ export function createClient(options: ClientOptions): OncelyClient {
         headers: { ...definition.headers, ...extra?.headers },
       }) as never,
     async pending() {
+      await drained()
       const records = await store.list()
       return records
         .filter(
@@ -280,6 +344,7 @@ export function createClient(options: ClientOptions): OncelyClient {
     on: (event, listener) => events.on(event, listener),
     async close() {
       stopWatching()
+      await drained()
       await store.close?.()
     },
   }

@@ -27,10 +27,25 @@ export interface DriveContext {
   headers: (() => Record<string, string> | Promise<Record<string, string>>) | undefined
 }
 
+/** How {@link drive} runs one intent. */
+export interface DriveOptions {
+  /**
+   * True when `initial` was just written as the write-ahead record with its first attempt already counted, so
+   * that attempt is sent without another write (one store write before the first byte, not two).
+   */
+  counted?: boolean
+  /**
+   * Receives store work the caller need not wait for (the delete of a settled one-off intent); without it that
+   * work is awaited. Losing such work only leaves a record that `resume()` resends with the same key and bytes.
+   */
+  defer?: (work: Promise<unknown>) => void
+}
+
 /**
  * Runs one intent to an outcome in the single retry loop (p-retry around one `fetch` per attempt). p-retry counts attempts;
  * the waits are computed here (Retry-After, full jitter) and slept with the injectable timers, because p-retry's
- * own delay cannot express Retry-After. Every attempt is recorded in the store before it is sent.
+ * own delay cannot express Retry-After. Every attempt is recorded in the store before it is sent (the first one
+ * of a fresh intent by its write-ahead record, see {@link DriveOptions.counted}).
  *
  * `transient` holds headers of this call that are never persisted (credentials passed per request).
  */
@@ -39,8 +54,10 @@ export async function drive(
   initial: IntentRecord,
   transient: Record<string, string>,
   signal: AbortSignal | undefined,
+  options: DriveOptions = {},
 ): Promise<OncelyResponse> {
   let record = initial
+  let counted = options.counted === true
   const save = async (patch: Partial<IntentRecord>): Promise<void> => {
     const next = { ...record, ...patch, version: record.version + 1 }
     // Not flushed: if lost in a crash, the durable write-ahead record is resent with the same key and replayed.
@@ -60,7 +77,8 @@ export async function drive(
   try {
     const attempt = async (): Promise<RawResponse> => {
       if (ctx.timers.now() >= record.expiresAt) halt(await expire(ctx, record, save))
-      await save({ attempts: record.attempts + 1 })
+      if (counted) counted = false
+      else await save({ attempts: record.attempts + 1 })
       ctx.events.emit('attempt', {
         id: record.id,
         key: record.key,
@@ -134,7 +152,7 @@ export async function drive(
         },
       },
     )
-    return await settle(ctx, record, save, raw)
+    return await settle(ctx, record, save, raw, options.defer)
   } catch (thrown) {
     const error = stop ? stop.error : thrown
     if (signal?.aborted && error === signal.reason) throw error // aborted: the intent stays pending
@@ -145,7 +163,7 @@ export async function drive(
     }
     if (isHTTPError(error) && lastResponse) {
       // A final answer: resending cannot help.
-      await fail(ctx, record, save, error, lastResponse)
+      await fail(ctx, record, save, error, lastResponse, options.defer)
     } else {
       // The store, the `headers` option or the runtime failed: keep the intent, so no acknowledged work is lost.
       ctx.events.emit('failed', { id: record.id, key: record.key, error: asError(error), pending: true })
@@ -159,6 +177,7 @@ async function settle(
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
   raw: RawResponse,
+  defer: DriveOptions['defer'],
 ): Promise<OncelyResponse> {
   const response: OncelyResponse = {
     status: raw.status,
@@ -169,7 +188,7 @@ async function settle(
     replayed: isReplayed(raw.headers),
     attempts: record.attempts,
   }
-  await finish(ctx, record, save, 'settled', storableResponse(raw.status, raw.headers, raw.text))
+  await finish(ctx, record, save, defer, 'settled', storableResponse(raw.status, raw.headers, raw.text))
   ctx.events.emit('settled', {
     id: record.id,
     key: record.key,
@@ -186,24 +205,29 @@ async function fail(
   save: (patch: Partial<IntentRecord>) => Promise<void>,
   error: HTTPError,
   raw: RawResponse,
+  defer: DriveOptions['defer'],
 ): Promise<void> {
   const outcome = storableResponse(raw.status, raw.headers, raw.text)
-  await finish(ctx, record, save, 'failed', outcome, summarize(error))
+  await finish(ctx, record, save, defer, 'failed', outcome, summarize(error))
   ctx.events.emit('failed', { id: record.id, key: record.key, error, pending: false })
 }
 
 // One-off intents (id === key) cannot be asked for again, so they are deleted; named intents keep their outcome
-// for settledTtlMs so a repeated call with the same intentId gets it without sending.
+// for settledTtlMs so a repeated call with the same intentId gets it without sending. The delete need not be
+// awaited: if it is lost, resume() resends the intent with the same key and bytes and the server replays.
 async function finish(
   ctx: DriveContext,
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
+  defer: DriveOptions['defer'],
   state: 'settled' | 'failed',
   outcome: StoredResponse,
   lastError?: IntentRecord['lastError'],
 ): Promise<void> {
   if (record.id === record.key || ctx.settledTtlMs === 0) {
-    await ctx.store.delete(record.id, { durable: false })
+    const deleting = ctx.store.delete(record.id, { durable: false })
+    if (defer) defer(deleting)
+    else await deleting
     return
   }
   await save({

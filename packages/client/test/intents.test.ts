@@ -84,7 +84,7 @@ describe('write-ahead', () => {
       body: { encoding: 'utf8', data: '{"amount":1}' },
       headers: { 'content-type': 'application/json', 'x-tenant': 't1' },
       state: 'pending',
-      attempts: 0,
+      attempts: 1, // the write-ahead record counts the first attempt: one write before the first byte
       version: 1,
     })
     expect(JSON.stringify(written)).not.toMatch(/secret|a=b|from-fn/)
@@ -132,14 +132,21 @@ describe('failures that are not answers', () => {
     const store: IntentStore = {
       ...inner,
       async set(record) {
-        if (++writes > 3) throw new QuotaExceededError('full')
+        if (++writes > 2) throw new QuotaExceededError('full')
         await inner.set(record)
       },
     }
-    server.use(http.post(`${BASE}/v1/flaky`, () => new HttpResponse(null, { status: 503 })))
+    let sends = 0
+    server.use(
+      http.post(`${BASE}/v1/flaky`, () => {
+        sends++
+        return new HttpResponse(null, { status: 503 })
+      }),
+    )
     const client = make({ store, retry: { minDelayMs: 1 } })
     await expect(client.request({ path: '/v1/flaky', json: {} })).rejects.toBeInstanceOf(QuotaExceededError)
-    expect(writes).toBe(4) // write-ahead, attempt 1, its error, then the failing write of attempt 2
+    expect(writes).toBe(3) // write-ahead (attempt 1), its error, then the failing write of attempt 2
+    expect(sends).toBe(1) // attempt 2 was never sent
   })
 })
 
