@@ -14,7 +14,7 @@ psql -q "$url" -f "$here/setup.sql" >/dev/null
 tps() { pgbench -n -M extended -c "$1" -j "$(( $1 < 2 ? 1 : 2 ))" -T "$seconds" -f "$here/$2.sql" "$url" 2>/dev/null | awk '/^tps/ {print $3}'; }
 for clients in 1 10; do
   for round in 1 2; do
-    for script in first-two-commits first-async-reserve first-one-commit replay-select; do
+    for script in ${SCRIPTS:-first-two-commits first-async-reserve first-one-commit first-lock-insert replay-select}; do
       base=$(tps "$clients" baseline)
       other=$(tps "$clients" "$script")
       echo "clients=$clients round=$round $script tps=$other baseline_tps=$base ratio=$(awk "BEGIN {printf \"%.2f\", $other / $base}")"

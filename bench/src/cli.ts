@@ -125,7 +125,17 @@ try {
     const resumed = await scale.resumeTime(options.intents)
     report.resume.push(...resumed)
     for (const r of resumed) log(`  ${r.store}: ${r.intents} intents in ${r.seconds.toFixed(2)} s`)
-    if (server.urls.oncely) {
+    // Each started oncely protocol, with its cache-off twin when that was started too.
+    const scaleScenarios: Scenario[] = ['oncely', 'oncely-lock']
+      .filter((variant) => server.urls[variant])
+      .flatMap((variant) => [
+        { id: `${variant}-first`, variant, path: 'first' as const },
+        { id: `${variant}-replay`, variant, path: 'replay' as const },
+        ...(server.urls[`${variant}-nocache`]
+          ? [{ id: `${variant}-nocache-replay`, variant: `${variant}-nocache`, path: 'replay' as const }]
+          : []),
+      ])
+    if (scaleScenarios.length > 0) {
       for (const size of options.rows) {
         const label = rowLabel(size)
         const fillStart = performance.now()
@@ -137,13 +147,7 @@ try {
         const summaries = await compare({
           urls: server.urls,
           pool: db.pool,
-          scenarios: [
-            { id: 'oncely-first', variant: 'oncely', path: 'first' },
-            { id: 'oncely-replay', variant: 'oncely', path: 'replay' },
-            ...(server.urls['oncely-nocache']
-              ? [{ id: 'oncely-nocache-replay', variant: 'oncely-nocache', path: 'replay' as const }]
-              : []),
-          ],
+          scenarios: scaleScenarios,
           shapes: [
             { name: `c1@${label}`, connections: 1, amount: mode.c1 },
             { name: `c10@${label}`, connections: 10, amount: mode.c10 },

@@ -25,6 +25,8 @@ export const VARIANTS = [
   'baseline',
   'oncely',
   'oncely-nocache',
+  'oncely-lock',
+  'oncely-lock-nocache',
   'node-idempotency-pg',
   'node-idempotency-redis',
   'powertools-redis',

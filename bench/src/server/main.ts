@@ -10,6 +10,8 @@ const loaders: Record<string, () => Promise<Variant>> = {
   baseline: async () => (await import('./baseline.js')).baseline,
   oncely: async () => (await import('./oncely.js')).oncely,
   'oncely-nocache': async () => (await import('./oncely.js')).oncelyNoCache,
+  'oncely-lock': async () => (await import('./oncely.js')).oncelyLock,
+  'oncely-lock-nocache': async () => (await import('./oncely.js')).oncelyLockNoCache,
   'node-idempotency-pg': async () => (await import('./node-idempotency.js')).nodeIdempotencyPostgres,
   'node-idempotency-redis': async () => (await import('./node-idempotency.js')).nodeIdempotencyRedis,
   'powertools-redis': async () => (await import('./powertools.js')).powertools,

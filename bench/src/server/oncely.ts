@@ -11,14 +11,16 @@ export const ONCELY_SCHEMA = 'oncely'
  * `replayCache: false` makes every replay a lookup in the key table, which is what the scale runs must measure:
  * with the cache a replay of a key this process finished never reaches Postgres, whatever the table's size.
  */
-function variant(name: string, replayCache: boolean): Variant {
+function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock' = 'row'): Variant {
   return {
     name,
-    description: `oncely engine + Fastify plugin, keys in the business Postgres, same transaction${replayCache ? '' : ', replay cache off'}`,
+    description: `oncely engine + Fastify plugin, keys in the business Postgres, same transaction, reservation: '${reservation}'${replayCache ? '' : ', replay cache off'}`,
     async setup(scope, { pool }) {
       await migrate(pool, { schema: ONCELY_SCHEMA })
       const store = postgresStore({ pool, schema: ONCELY_SCHEMA })
-      const engine = createEngine(replayCache ? { store } : { store, replayCache: false })
+      const engine = createEngine(
+        replayCache ? { store, reservation } : { store, reservation, replayCache: false },
+      )
       await scope.register(idempotency, { engine, tenant: () => 'bench' })
       scope.post<{ Body: Transfer }>(
         '/ledger',
@@ -36,3 +38,5 @@ function variant(name: string, replayCache: boolean): Variant {
 
 export const oncely = variant('oncely', true)
 export const oncelyNoCache = variant('oncely-nocache', false)
+export const oncelyLock = variant('oncely-lock', true, 'lock')
+export const oncelyLockNoCache = variant('oncely-lock-nocache', false, 'lock')

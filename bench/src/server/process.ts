@@ -19,16 +19,26 @@ export async function startServer(options: {
   poolSize: number
   variants: readonly string[]
 }): Promise<BenchServer> {
-  const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', MAIN], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: {
-      ...process.env,
-      BENCH_DATABASE_URL: options.databaseUrl,
-      BENCH_REDIS_URL: options.redisUrl,
-      BENCH_POOL_SIZE: String(options.poolSize),
-      BENCH_VARIANTS: options.variants.join(','),
+  const child = spawn(
+    process.execPath,
+    [
+      ...(process.env.BENCH_SERVER_NODE_ARGS?.split(' ') ?? []),
+      '--conditions=@oncely/source',
+      '--import',
+      'tsx',
+      MAIN,
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: {
+        ...process.env,
+        BENCH_DATABASE_URL: options.databaseUrl,
+        BENCH_REDIS_URL: options.redisUrl,
+        BENCH_POOL_SIZE: String(options.poolSize),
+        BENCH_VARIANTS: options.variants.join(','),
+      },
     },
-  })
+  )
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
   const line = await new Promise<string | undefined>((resolve) => {
     createInterface({ input: child.stdout }).on('line', (text) => {
