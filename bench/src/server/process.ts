@@ -19,15 +19,11 @@ export async function startServer(options: {
   poolSize: number
   variants: readonly string[]
 }): Promise<BenchServer> {
+  // BENCH_SERVER_NODE_ARGS adds Node flags to the server process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
+  const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? []
   const child = spawn(
     process.execPath,
-    [
-      ...(process.env.BENCH_SERVER_NODE_ARGS?.split(' ') ?? []),
-      '--conditions=@oncely/source',
-      '--import',
-      'tsx',
-      MAIN,
-    ],
+    [...nodeArgs, '--conditions=@oncely/source', '--import', 'tsx', MAIN],
     {
       stdio: ['ignore', 'pipe', 'inherit'],
       env: {
