@@ -2,7 +2,7 @@ import { del, get, promisifyRequest, set, type UseStore, values } from 'idb-keyv
 import { QuotaExceededError } from '../errors/quota-exceeded-error.js'
 import { StorageError } from '../errors/storage-error.js'
 import { type IntentRecord, isIntentRecord } from '../intent.js'
-import type { ExclusiveResult, IntentStore, StoreEventSink } from '../store.js'
+import type { ExclusiveResult, IntentStore, StoreEventSink, WriteOptions } from '../store.js'
 import { memoryStore } from './memory.js'
 
 /** Options of {@link indexedDbStore}. */
@@ -13,8 +13,9 @@ export interface IndexedDbStoreOptions {
    */
   name?: string
   /**
-   * Transaction durability. `'strict'` waits until the write reached the disk (slower, survives power loss);
-   * `'relaxed'` and `'default'` leave it to the browser.
+   * Transaction durability of the write-ahead record. `'strict'` waits until the write reached the disk (slower,
+   * survives power loss); `'relaxed'` and `'default'` leave it to the browser. Writes the client marks
+   * `{ durable: false }` (attempt counters, outcomes, the delete after an answer) are always relaxed.
    * @default 'strict'
    */
   durability?: 'strict' | 'relaxed' | 'default'
@@ -88,10 +89,18 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
   }
 
   const useStore =
-    (storeName: string): UseStore =>
+    (storeName: string, txDurability: IDBTransactionDurability = durability): UseStore =>
     (mode, callback) =>
-      open().then((db) => callback(db.transaction(storeName, mode, { durability }).objectStore(storeName)))
+      open().then((db) =>
+        callback(db.transaction(storeName, mode, { durability: txDurability }).objectStore(storeName)),
+      )
   const intents = useStore(INTENTS)
+  // For `{ durable: false }` writes (attempt counters, outcomes, the delete after an answer): the durable
+  // write-ahead record they replace is enough after a crash, so they need not wait for a disk flush. They still
+  // commit in order with the other writes, so a reader never sees an older version after a newer one.
+  const relaxedIntents = useStore(INTENTS, 'relaxed')
+  const intentsFor = (options: WriteOptions | undefined) =>
+    options?.durable === false ? relaxedIntents : intents
 
   // Runs `op` on IndexedDB, or on the memory fallback once IndexedDB proved unusable.
   const run = async <T>(op: () => Promise<T>, onFallback: (store: IntentStore) => Promise<T>): Promise<T> => {
@@ -144,14 +153,14 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
         },
         (store) => store.get(id),
       ),
-    set: (record) =>
+    set: (record, writeOptions) =>
       run(
-        () => set(record.id, record, intents),
+        () => set(record.id, record, intentsFor(writeOptions)),
         (store) => store.set(record),
       ),
-    delete: (id) =>
+    delete: (id, writeOptions) =>
       run(
-        () => del(id, intents),
+        () => del(id, intentsFor(writeOptions)),
         (store) => store.delete(id),
       ),
     list: () =>

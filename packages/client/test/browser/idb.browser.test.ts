@@ -89,6 +89,29 @@ describe('indexedDbStore in Chromium', () => {
     await b.close()
   })
 
+  it('flushes only the write-ahead record: writes with { durable: false } (counters, outcomes, deletes) are relaxed', async () => {
+    const spy = vi.spyOn(IDBDatabase.prototype, 'transaction')
+    const used = () =>
+      spy.mock.calls
+        .filter(([, mode]) => mode === 'readwrite')
+        .map(([, , options]) => (options as IDBTransactionOptions | undefined)?.durability)
+    const store = indexedDbStore({ name: freshName() })
+    await store.set(record('a'))
+    await store.set({ ...record('a'), attempts: 1, version: 2 }, { durable: false })
+    await store.delete('a', { durable: false })
+    await store.set(record('b'))
+    await store.delete('b')
+    expect(used()).toEqual(['strict', 'relaxed', 'relaxed', 'strict', 'strict'])
+    expect(await store.list()).toEqual([])
+
+    spy.mockClear()
+    const { fetch } = scriptedFetch([201])
+    const client = createClient({ baseUrl: 'http://api.test', store, fetch, resumeOnOnline: false })
+    await client.request({ path: '/v1/payments', json: {} })
+    await client.close()
+    expect(used()).toEqual(['strict', 'relaxed']) // the write-ahead record, then the delete after the answer
+  })
+
   it('reopens after another tab upgrades the database (the browser closes this connection)', async () => {
     const name = freshName()
     const store = indexedDbStore({ name })
