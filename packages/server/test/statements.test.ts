@@ -39,8 +39,8 @@ it('prepares reserve and complete once per table on a shared connection, and bot
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
   expect(kinds.sort()).toEqual([
-    'oncely_complete',
-    'oncely_complete',
+    'oncely_complete_sql',
+    'oncely_complete_sql',
     'oncely_reserve_sql',
     'oncely_reserve_sql',
   ])
@@ -49,33 +49,39 @@ it('prepares reserve and complete once per table on a shared connection, and bot
   }
 })
 
-it('round-trips ids and headers with quotes, backslashes and SQL in them, and every byte of a body, through the literals', async () => {
-  const engine = createEngine({
-    store: postgresStore({ pool: db.pool, table: 'keys_a' }),
-    replayCache: false,
+for (const reservation of ['row', 'lock'] as const) {
+  it(`round-trips ids and headers with quotes, backslashes and SQL in them, and every byte of a body, through the literals (reservation: '${reservation}')`, async () => {
+    const engine = createEngine({
+      store: postgresStore({ pool: db.pool, table: 'keys_a' }),
+      replayCache: false,
+      reservation,
+    })
+    // Every byte value; the large one goes through a binary parameter instead of a literal (INLINE_BODY_BYTES).
+    for (const size of [512, 40_000]) {
+      const bytes = Buffer.from(Array.from({ length: size }, (_, index) => index % 256))
+      const nasty = `o'k\\' \\'; DROP TABLE oncely.keys_a; -- \u00e9 $1 E'x' ${reservation} ${size}`
+      const input = {
+        scope: nasty,
+        operation: `${nasty} op`,
+        key: `${nasty} key`,
+        fingerprint: fingerprintOf({ nasty }),
+        requestHeaders: { 'x-note': nasty },
+        handler: async () => ({ status: 201, headers: { etag: nasty }, body: bytes }),
+      }
+      expect((await engine.execute(input)).kind).toBe('executed')
+      const replay = await engine.execute(input)
+      expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: nasty } } })
+      if (replay.kind === 'replayed') expect(replay.response.body.equals(bytes)).toBe(true)
+      const { rows } = await db.pool.query(
+        'SELECT scope, operation, key, request_headers FROM oncely.keys_a WHERE scope = $1',
+        [nasty],
+      )
+      expect(rows).toEqual([
+        { scope: nasty, operation: `${nasty} op`, key: `${nasty} key`, request_headers: { 'x-note': nasty } },
+      ])
+    }
   })
-  const bytes = Buffer.from(Array.from({ length: 512 }, (_, index) => index % 256)) // every byte value, twice
-  const nasty = `o'k\\' \\'; DROP TABLE oncely.keys_a; -- \u00e9 $1 E'x'`
-  const input = {
-    scope: nasty,
-    operation: `${nasty} op`,
-    key: `${nasty} key`,
-    fingerprint: fingerprintOf({ nasty }),
-    requestHeaders: { 'x-note': nasty },
-    handler: async () => ({ status: 201, headers: { etag: nasty }, body: bytes }),
-  }
-  expect((await engine.execute(input)).kind).toBe('executed')
-  const replay = await engine.execute(input)
-  expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: nasty } } })
-  if (replay.kind === 'replayed') expect(replay.response.body.equals(bytes)).toBe(true)
-  const { rows } = await db.pool.query(
-    'SELECT scope, operation, key, request_headers FROM oncely.keys_a WHERE scope = $1',
-    [nasty],
-  )
-  expect(rows).toEqual([
-    { scope: nasty, operation: `${nasty} op`, key: `${nasty} key`, request_headers: { 'x-note': nasty } },
-  ])
-})
+}
 
 for (const preparedStatements of [true, false]) {
   it(`fences out an attempt that lost its key, preparedStatements: ${preparedStatements}`, async () => {

@@ -170,8 +170,18 @@ export function createEngine(options: EngineOptions): Engine {
     status: 'succeeded' | 'failed_permanent',
     response: StoredResponse,
   ): Promise<boolean> {
-    // Measured: sending this and COMMIT as one simple-protocol message saved nothing over two round trips (the
-    // COMMIT's WAL flush dominates), so the completion stays a parameterized statement with its own answer.
+    if (preparedStatements && response.body.length <= q.INLINE_BODY_BYTES) {
+      // One round trip: the completion fails on purpose when fenced out, which stops the message before COMMIT.
+      const { statement, text } = q.completeAndCommit(names, id, token, status, response, config.fenced)
+      await prepare(client, statement)
+      try {
+        await client.query(text)
+      } catch (error) {
+        if (q.isFenceError(error)) return false
+        throw error
+      }
+      return true
+    }
     const completed = await client.query(plain(q.complete(names, id, token, status, response, config.fenced)))
     if (completed.rowCount !== 1) return false
     await client.query('COMMIT')

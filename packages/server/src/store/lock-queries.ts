@@ -4,6 +4,7 @@
 // COMMIT (arguments as literals), and a protocol-level one for large bodies and for `preparedStatements: false`.
 import type { TableNames } from './identifiers.js'
 import {
+  FENCE_MARKER,
   LOOKUP_COLUMNS,
   literal,
   ms,
@@ -15,18 +16,7 @@ import {
   statement,
 } from './queries.js'
 
-/**
- * What makes the finishing upsert fail when the row is no longer the version this attempt decided on. The statement
- * casts this text to an integer, so the failure is an ordinary error (SQLSTATE 22P02) that stops the message before
- * its COMMIT, and the message names the cause in the server's log.
- */
-export const FENCE_MARKER = 'oncely: fenced out, the key record changed'
-
-/** True when `error` is the finishing upsert's fence failing (not any other error). */
-export function isFenceError(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
-  return code === '22P02' && typeof message === 'string' && message.includes(FENCE_MARKER)
-}
+export { FENCE_MARKER, INLINE_BODY_BYTES, isFenceError } from './queries.js'
 
 /**
  * The advisory lock and the key's row in one statement. The lock is a 64-bit hash of the table, scope, operation
@@ -162,9 +152,6 @@ function finishValues(id: RecordId, record: FinishRecord): unknown[] {
     record.token,
   ]
 }
-
-/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
-export const INLINE_BODY_BYTES = 32_768
 
 /** `EXECUTE finish(...); COMMIT` as one simple-protocol message (for bodies up to {@link INLINE_BODY_BYTES}). */
 export function finishAndCommit(

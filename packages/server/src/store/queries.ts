@@ -243,6 +243,61 @@ WHERE ${PK}${fence}`,
   }
 }
 
+/**
+ * The fenced completion and COMMIT as one simple-protocol message: `EXECUTE complete(...); COMMIT`. When the
+ * completion matches no row (another attempt took over), the statement fails on purpose with {@link FENCE_MARKER}
+ * (a cast the planner cannot fold), which stops the message before its COMMIT; the caller rolls back. The body
+ * travels as a hex literal, so this is for small bodies only (see `INLINE_BODY_BYTES`).
+ */
+export function completeAndCommit(
+  names: TableNames,
+  id: RecordId,
+  token: string,
+  status: 'succeeded' | 'failed_permanent',
+  response: { status: number; headers: Record<string, string>; body: Buffer },
+  fenced = true,
+): { statement: SqlStatement; text: string } {
+  if (!Number.isSafeInteger(response.status))
+    throw new TypeError('Expected the response status to be an integer.')
+  const statement = sqlStatement(
+    names,
+    fenced ? 'complete' : 'complete_unfenced',
+    '(text, text, text, uuid, text, integer, jsonb, bytea)',
+    () => `WITH completed AS (
+  ${complete(names, id, token, status, response, fenced).text}
+  RETURNING 1
+)
+SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${literal(FENCE_MARKER)} END)::int AS completed FROM completed`,
+  )
+  const args = [
+    literal(id.scope),
+    literal(id.operation),
+    literal(id.key),
+    literal(token),
+    literal(status),
+    String(response.status),
+    literal(JSON.stringify(response.headers)),
+    `decode('${response.body.toString('hex')}', 'hex')`,
+  ]
+  return { statement, text: `EXECUTE ${statement.name}(${args.join(', ')}); COMMIT` }
+}
+
+/**
+ * What makes a fenced statement fail when the key record is no longer this attempt's. The statement casts this text
+ * to an integer, so the failure is an ordinary error (SQLSTATE 22P02) that stops a multi-statement message before
+ * its COMMIT, and names the cause in the server's log.
+ */
+/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
+export const INLINE_BODY_BYTES = 32_768
+
+export const FENCE_MARKER = 'oncely: fenced out, the key record changed'
+
+/** True when `error` is a fenced statement failing on purpose (not any other error). */
+export function isFenceError(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  return code === '22P02' && typeof message === 'string' && message.includes(FENCE_MARKER)
+}
+
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
 export function release(names: TableNames, id: RecordId, token: string): Query {
   return {
