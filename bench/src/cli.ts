@@ -49,6 +49,7 @@ const report: BenchReport = {
   reaper: undefined,
   resume: [],
   scale: [],
+  cpu: [],
   targets: [],
 }
 await db.pool.query(LEDGER_SCHEMA)
@@ -158,6 +159,21 @@ try {
         })
         report.scale.push(...summaries)
       }
+    }
+  }
+  if (options.suites.has('cpu')) {
+    const { cpuSplit, cpuSplitAvailable } = await import('./suites/cpu.js')
+    if (!cpuSplitAvailable()) log('\ncpu: skipped (needs Linux /proc and a Postgres on this machine)')
+    else {
+      log('\nCPU per first-execution request, 10 connections')
+      report.cpu = await cpuSplit({
+        urls: server.urls,
+        serverPid: server.pid,
+        variants: ['baseline', ...running],
+        requests: mode.c10,
+        rounds: mode.rounds,
+        log,
+      })
     }
   }
 } finally {

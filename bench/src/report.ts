@@ -3,6 +3,7 @@ import type { MachineInfo } from './machine.js'
 import { round } from './stats.js'
 import type { ClientSummary } from './suites/client.js'
 import type { ScenarioSummary } from './suites/compare.js'
+import type { CpuSplit } from './suites/cpu.js'
 import type { ReaperResult, ResumeResult } from './suites/scale.js'
 import type { StormResult } from './suites/storm.js'
 import type { Target } from './targets.js'
@@ -20,6 +21,8 @@ export interface BenchReport {
   resume: ResumeResult[]
   /** oncely measured again with the key table filled to 1M and 10M rows (shapes named `c1@1M` and so on). */
   scale: ScenarioSummary[]
+  /** CPU per first-execution request by process (suite `cpu`). */
+  cpu: CpuSplit[]
   targets: Target[]
 }
 
@@ -127,6 +130,37 @@ export function markdown(report: BenchReport): string {
       )}`,
     )
   }
+  if (report.cpu.length > 0) {
+    const base = report.cpu.find((c) => c.variant === 'baseline')
+    parts.push(
+      `\n**CPU per request** (first executions, 10 connections; microseconds of CPU, median over rounds)\n\n${table(
+        [
+          'variant',
+          'server process',
+          'Postgres',
+          'load generator',
+          'total',
+          'total vs baseline',
+          'server writes/request',
+          'req/s',
+        ],
+        report.cpu.map((c) => {
+          const total = c.serverUs + c.postgresUs + c.loadUs
+          const baseTotal = base ? base.serverUs + base.postgresUs + base.loadUs : Number.NaN
+          return [
+            c.variant,
+            c.serverUs.toFixed(0),
+            c.postgresUs.toFixed(0),
+            c.loadUs.toFixed(0),
+            total.toFixed(0),
+            base ? `${(total / baseTotal).toFixed(2)}x` : 'n/a',
+            c.writesPerRequest.toFixed(2),
+            c.rps.toFixed(0),
+          ]
+        }),
+      )}`,
+    )
+  }
   parts.push(
     `\n**targets**\n\n${table(
       ['target', 'goal', 'measured', 'met'],
@@ -178,6 +212,13 @@ export function summary(report: BenchReport): unknown {
     })),
     reaper: report.reaper && { ...report.reaper, rowsPerSecond: round(report.reaper.rowsPerSecond, 0) },
     resume: report.resume.map((r) => ({ ...r, seconds: round(r.seconds) })),
+    cpu: report.cpu.map((c) => ({
+      ...c,
+      serverUs: round(c.serverUs, 0),
+      postgresUs: round(c.postgresUs, 0),
+      loadUs: round(c.loadUs, 0),
+      rps: round(c.rps, 0),
+    })),
     targets: report.targets,
   }
 }

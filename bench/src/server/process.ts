@@ -8,6 +8,8 @@ export interface BenchServer {
   urls: Record<string, string>
   /** Setup errors of the variants that did not start, by name. */
   failed: Record<string, string>
+  /** The server process, for the CPU suite. */
+  pid: number
   stop(): Promise<void>
 }
 
@@ -53,6 +55,7 @@ export async function startServer(options: {
   return {
     urls,
     failed,
+    pid: child.pid ?? 0,
     async stop() {
       child.kill('SIGTERM')
       await exited
