@@ -32,7 +32,7 @@ export function evaluateTargets(report: BenchReport): Target[] {
   const protocols = [
     { variant: 'oncely', label: "reservation: 'row'" },
     { variant: 'oncely-lock', label: "reservation: 'lock'" },
-  ].filter((p, i) => i === 0 || summaries.some((s) => s.scenario.variant === p.variant))
+  ].filter((p, i) => i === 0 || [...summaries, ...report.scale].some((s) => s.scenario.variant === p.variant))
   const isOurs = (variant: string) => variant.startsWith('oncely')
   for (const { variant, label } of protocols) {
     ratio(`${variant}-first`, 'c10', 0.75, `first execution throughput, 10 connections, ${label}`)
@@ -85,26 +85,31 @@ export function evaluateTargets(report: BenchReport): Target[] {
   }
   // Within one scale run (its own c1@0 shape) when there is one, so both ends were measured minutes apart.
   const largest = report.scale.filter((s) => s.shape.startsWith('c1@') && s.shape !== 'c1@0').at(-1)?.shape
+  // A first execution writes, so it is compared as added p50 (against the baseline measured next to it). A replay
+  // writes nothing, so its own p50 is compared: the baseline's latency moves with the disk, not with the key table.
   for (const { variant, label } of protocols) {
     for (const id of [`${variant}-first`, `${variant}-replay`, `${variant}-nocache-replay`]) {
       const empty = find(report.scale, id, 'c1@0') ?? find(summaries, id, 'c1')
       const large = largest ? find(report.scale, id, largest) : undefined
       // The uncached replay is reported only when a run measured it.
       if (id.endsWith('-nocache-replay') && !large) continue
-      const path = id.endsWith('-first')
+      const first = id.endsWith('-first')
+      const path = first
         ? 'first path'
         : id.endsWith('-nocache-replay')
           ? 'replay path, cache off'
           : 'replay path'
+      const metric = first ? 'added p50' : 'p50'
+      const value = (s: ScenarioSummary) => (first ? s.addedP50Ms : s.p50Ms)
       const size = largest?.slice('c1@'.length) ?? '10M'
       targets.push({
         name: `latency flat from 0 to ${size} key rows, ${path}, 1 connection, ${label}`,
-        goal: `added p50 at ${size} <= added p50 at 0 rows + ${FLAT_TOLERANCE_MS} ms`,
+        goal: `${metric} at ${size} <= ${metric} at 0 rows + ${FLAT_TOLERANCE_MS} ms`,
         measured:
           empty && large
-            ? `${empty.addedP50Ms.toFixed(3)} ms -> ${large.addedP50Ms.toFixed(3)} ms`
+            ? `${value(empty).toFixed(3)} ms -> ${value(large).toFixed(3)} ms`
             : 'not measured (--rows)',
-        met: empty && large ? large.addedP50Ms <= empty.addedP50Ms + FLAT_TOLERANCE_MS : null,
+        met: empty && large ? value(large) <= value(empty) + FLAT_TOLERANCE_MS : null,
       })
     }
   }
