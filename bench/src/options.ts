@@ -27,6 +27,7 @@ export const VARIANTS = [
   'oncely-nocache',
   'oncely-lock',
   'oncely-lock-nocache',
+  'sql-floor',
   'node-idempotency-pg',
   'node-idempotency-redis',
   'powertools-redis',
