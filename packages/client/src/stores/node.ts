@@ -173,8 +173,6 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   let queue: Promise<unknown> = Promise.resolve()
   // The durable write-ahead line of every intent this journal holds and has not seen deleted.
   const live = new Map<string, string>()
-  // Intents whose write-ahead is being written (journal and file at once): their file may not exist yet.
-  const writing = new Map<string, number>()
 
   const createJournal = async (lines: Iterable<string>) => {
     const path = join(journalDir, journalName())
@@ -192,14 +190,14 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   }
 
   // Copies the live records into a fresh journal and drops the old one. Records whose file is gone (settled and
-  // deleted by another process) are dropped, unless their write-ahead is still being written.
+  // deleted by another process) are dropped.
   const rotate = async () => {
     const ids = [...live.keys()]
     for (let i = 0; i < ids.length; i += 64) {
       const chunk = ids.slice(i, i + 64)
       const present = await Promise.all(chunk.map((id) => exists(fileOf(id))))
       chunk.forEach((id, j) => {
-        if (!present[j] && !writing.has(id)) live.delete(id)
+        if (!present[j]) live.delete(id)
       })
     }
     const previous = journal!
@@ -371,16 +369,12 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       if (options?.durable === false) return write(laterOf(file), JSON.stringify(record), false)
       // The journal line is what survives a crash; the file is what every process reads. A stale later version
       // must not shadow this one (after a crash, the journal's replay removes it again).
-      writing.set(record.id, (writing.get(record.id) ?? 0) + 1)
       const journaled = append([{ set: record }], true)
       const written = (async () => {
         await removeIfPresent(laterOf(file))
         await write(file, JSON.stringify(record), false)
       })()
       const [inJournal, inFile] = await Promise.allSettled([journaled, written])
-      const left = (writing.get(record.id) ?? 1) - 1
-      if (left > 0) writing.set(record.id, left)
-      else writing.delete(record.id)
       if (inJournal.status === 'rejected' || inFile.status === 'rejected') {
         // The caller is told nothing was recorded, so leave nothing that a resume() or a replay could send.
         await removeIfPresent(file).catch(() => {})
