@@ -25,8 +25,7 @@ export interface FileStoreOptions {
 const QUARANTINE = 'quarantine'
 const JOURNAL = 'journal'
 const REPLAYING = '.replaying'
-// A journal is rewritten (its live records copied to a fresh one) after this many appended entries or bytes; the
-// copied records do not count, so many live intents never make it rotate on every append.
+// A journal is rewritten (its live records copied to a fresh one) after this many entries or bytes.
 const ROTATE_ENTRIES = 2000
 const ROTATE_BYTES = 8 * 1024 * 1024
 // Boot times computed by two processes of one boot differ by rounding only; a reboot moves it by far more.
@@ -45,11 +44,11 @@ const bootTime = () => Date.now() - uptime() * 1000
  * them, and the intent then reads as its write-ahead version, which `resume()` resends with the same key for the
  * server to replay. Deletes append an unflushed tombstone.
  *
- * The journal of a store whose process is gone (or of an earlier boot) is taken over by the next store that opens
- * or lists `dir`: intents whose file is missing, torn or older than their journal record get it back, and the
- * records move into the taking store's journal with one flush. A journal is rotated (its live records copied to a
- * fresh, flushed one) every 2000 appended entries, and `close()` removes it when none of its intents is pending.
- * Unreadable intent files are moved to `<dir>/quarantine/` with a `quarantined` event
+ * The journal of a store whose process is gone (or of an earlier boot) is replayed by the next store that opens
+ * `dir` or lists it: every intent whose file is missing, torn or older than its journal record is rewritten from
+ * the journal (flushed), the others are flushed as they are, then the journal is removed. A journal is rotated
+ * (its live records copied to a fresh, flushed one) every 2000 entries, and removed by `close()` after the live
+ * intents' files are flushed. Unreadable intent files are moved to `<dir>/quarantine/` with a `quarantined` event
  * instead of crashing the client.
  *
  * @example
@@ -160,15 +159,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   // This instance's journal: `<boot time>.<pid>.<random>.log`, appended by one queue.
   const journalName = () => `${Math.round(bootTime())}.${process.pid}.${randomBytes(6).toString('hex')}.log`
   let journal:
-    | {
-        path: string
-        handle: FileHandle
-        ino: number
-        /** Entries and bytes appended since it was created (see ROTATE_ENTRIES). */
-        entries: number
-        bytes: number
-        torn?: boolean
-      }
+    | { path: string; handle: FileHandle; ino: number; entries: number; bytes: number; torn?: boolean }
     | undefined
   let queue: Promise<unknown> = Promise.resolve()
   // The durable write-ahead line of every intent this journal holds and has not seen deleted.
@@ -178,10 +169,16 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     const path = join(journalDir, journalName())
     const handle = await open(path, 'a')
     try {
-      for (const line of lines) await writeAll(handle, line)
+      let bytes = 0
+      let entries = 0
+      for (const line of lines) {
+        await writeAll(handle, line)
+        bytes += Buffer.byteLength(line)
+        entries++
+      }
       await handle.sync()
       await syncPath(journalDir) // the new journal's name must survive a crash before anything relies on it
-      return { path, handle, ino: (await handle.stat()).ino, entries: 0, bytes: 0 }
+      return { path, handle, ino: (await handle.stat()).ino, entries, bytes }
     } catch (error) {
       await handle.close().catch(() => {})
       await unlink(path).catch(() => {})
@@ -192,13 +189,8 @@ export function fileStore(options: FileStoreOptions): IntentStore {
   // Copies the live records into a fresh journal and drops the old one. Records whose file is gone (settled and
   // deleted by another process) are dropped.
   const rotate = async () => {
-    const ids = [...live.keys()]
-    for (let i = 0; i < ids.length; i += 64) {
-      const chunk = ids.slice(i, i + 64)
-      const present = await Promise.all(chunk.map((id) => exists(fileOf(id))))
-      chunk.forEach((id, j) => {
-        if (!present[j]) live.delete(id)
-      })
+    for (const id of [...live.keys()]) {
+      if (!(await exists(fileOf(id)))) live.delete(id)
     }
     const previous = journal!
     journal = await createJournal(live.values())
@@ -206,10 +198,8 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     await unlink(previous.path).catch(() => {})
   }
 
-  // Appends entries in one write (flushed once when `durable`).
-  const append = (entries: JournalEntry[], durable: boolean): Promise<void> => {
-    const lines = entries.map(journalLine)
-    const line = lines.join('')
+  const append = (entry: JournalEntry, durable: boolean): Promise<void> => {
+    const line = journalLine(entry)
     const run = queue.then(async () => {
       journal ??= await createJournal([])
       if (journal.torn || journal.entries >= ROTATE_ENTRIES || journal.bytes >= ROTATE_BYTES) await rotate()
@@ -219,12 +209,10 @@ export function fileStore(options: FileStoreOptions): IntentStore {
         journal.torn = true // a partly written line: the next append starts a fresh journal after it
         throw error
       }
-      journal.entries += entries.length
+      journal.entries++
       journal.bytes += Buffer.byteLength(line)
-      entries.forEach((entry, i) => {
-        if ('set' in entry) live.set(entry.set.id, lines[i]!)
-        else live.delete(entry.del)
-      })
+      if ('set' in entry) live.set(entry.set.id, line)
+      else live.delete(entry.del)
       if (!durable) return
       // Did another store take this journal for a dead one's (a process id from another PID namespace can look
       // dead)? It renames the journal, then replays what it reads. Checked after the line is written: if the name
@@ -239,7 +227,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     return run
   }
 
-  // Takes over a dead store's journal, then removes it. It is renamed first,
+  // Makes the files of a dead store's journal stand on their own, then removes the journal. It is renamed first,
   // so a store that still writes it after all notices (see `append`) and copies its live records elsewhere.
   const replay = async (name: string) => {
     const path = join(journalDir, name.endsWith(REPLAYING) ? name : `${name}${REPLAYING}`)
@@ -256,20 +244,20 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       if ('set' in entry) last.set(entry.set.id, entry.set)
       else last.set(entry.del, undefined)
     }
-    // Restores the files a crash lost (unflushed: the adopted journal lines below cover them), then adopts the
-    // records into this store's journal with one flush, so a replay costs one flush however many intents it holds.
-    const adopted: JournalEntry[] = []
     for (const [id, record] of last) {
       if (!record) continue // deleted: nothing to restore
       const file = fileOf(id)
       const current = await peekLatest(file, id)
       if (!current || isNewer(record, current)) {
         await removeIfPresent(laterOf(file))
-        await write(file, JSON.stringify(record), false)
+        await write(file, JSON.stringify(record), true)
+      } else {
+        await syncPath(file).catch((error) => {
+          if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+        })
       }
-      adopted.push({ set: record })
     }
-    if (adopted.length > 0) await append(adopted, true)
+    await syncDir()
     await unlink(path).catch(() => {})
   }
 
@@ -369,7 +357,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       if (options?.durable === false) return write(laterOf(file), JSON.stringify(record), false)
       // The journal line is what survives a crash; the file is what every process reads. A stale later version
       // must not shadow this one (after a crash, the journal's replay removes it again).
-      const journaled = append([{ set: record }], true)
+      const journaled = append({ set: record }, true)
       const written = (async () => {
         await removeIfPresent(laterOf(file))
         await write(file, JSON.stringify(record), false)
@@ -378,7 +366,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       if (inJournal.status === 'rejected' || inFile.status === 'rejected') {
         // The caller is told nothing was recorded, so leave nothing that a resume() or a replay could send.
         await removeIfPresent(file).catch(() => {})
-        if (inJournal.status === 'fulfilled') await append([{ del: record.id }], false).catch(() => {})
+        if (inJournal.status === 'fulfilled') await append({ del: record.id }, false).catch(() => {})
         throw toStorageError(
           inJournal.status === 'rejected' ? inJournal.reason : (inFile as PromiseRejectedResult).reason,
         )
@@ -390,7 +378,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       await removeIfPresent(laterOf(file))
       await removeIfPresent(file)
       // Unflushed: it only spares a replay after a crash from restoring the intent (a resend the server replays).
-      await append([{ del: id }], false).catch((error) => {
+      await append({ del: id }, false).catch((error) => {
         throw toStorageError(error)
       })
       if (options?.durable !== false) {
@@ -425,18 +413,21 @@ export function fileStore(options: FileStoreOptions): IntentStore {
         await unlink(lock).catch(() => {})
       }
     },
-    /**
-     * Closes this store's journal, and removes it when no intent it holds is pending. Otherwise it stays, and the
-     * first store to open or list `dir` after this process is gone takes it over.
-     */
+    /** Flushes the live intents' files, then removes this store's journal (they no longer need it). */
     async close() {
       const closing = queue.then(async () => {
         const current = journal
         if (!current) return
         journal = undefined
-        await current.handle.close()
-        if (live.size === 0) await unlink(current.path).catch(() => {})
+        for (const id of live.keys()) {
+          await syncPath(fileOf(id)).catch((error) => {
+            if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+          })
+        }
+        await syncDir()
         live.clear()
+        await current.handle.close()
+        await unlink(current.path).catch(() => {})
       })
       queue = closing.catch(() => {})
       await closing.catch((error) => {
