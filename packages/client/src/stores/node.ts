@@ -214,13 +214,10 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       if ('set' in entry) live.set(entry.set.id, line)
       else live.delete(entry.del)
       if (!durable) return
-      // Did another store take this journal for a dead one's (a process id from another PID namespace can look
-      // dead)? It renames the journal, then replays what it reads. Checked after the line is written: if the name
-      // is still ours, the replay will read the line; if not, the live records are copied to a new journal.
-      const [named] = await Promise.all([
-        stat(journal.path).catch(() => undefined),
-        journal.handle.datasync(),
-      ])
+      await journal.handle.datasync()
+      // Another store took this journal for a dead one's (a process id from another PID namespace can look
+      // dead): it replays what it read after taking it, and this line may be newer, so copy the live records.
+      const named = await stat(journal.path).catch(() => undefined)
       if (named?.ino !== journal.ino) await rotate()
     })
     queue = run.catch(() => {})
