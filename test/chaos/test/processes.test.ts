@@ -66,7 +66,7 @@ describe('ManagedProcess', () => {
     // only once its write was handed to the kernel: a process.exit() right after console.error() can drop output
     // still queued in the child under load (seen here: 278 of 801 lines arrived), which is not what this tests.
     const script =
-      "process.stderr.write(`${'filler '.repeat(9)}\\n`.repeat(800) + 'boom: last words\\n', () => process.exit(4))"
+      "process.stderr.write(('filler '.repeat(9) + '\\n').repeat(800) + 'boom: last words\\n', () => process.exit(4))"
     const p = managed('late', script, { ready: { line: /ready/ } })
     const error: Error = await p.start().then(
       () => new Error('started'),
