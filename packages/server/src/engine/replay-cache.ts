@@ -11,12 +11,16 @@ export interface ReplayCacheOptions {
 }
 
 interface Entry {
+  key: string
   fingerprint: string
   response: StoredResponse
   /** Evict when either clock reaches its deadline: monotonic (immune to clock steps), wall (counts suspends). */
   monotonicDeadline: number
   wallDeadline: number
   bytes: number
+  /** Neighbours in recency order (`older` toward the eviction end). */
+  older: Entry | undefined
+  newer: Entry | undefined
 }
 
 // Durations measured on the database clock are trusted to this fraction only, so a slower or faster app clock
@@ -34,7 +38,11 @@ const idOf = (id: RecordId) => `${id.scope.length}:${id.scope}${id.operation.len
  * the statement was sent, so it ends no later than the database's own expiry, whatever the clock offset.
  */
 export class ReplayCache {
+  // A Map for lookup plus a doubly linked list for recency: O(1) per operation. (Evicting by iterating a Map from
+  // its start skips every slot deleted since its last rehash: about 10 us per insert at 10,000 entries, measured.)
   readonly #entries = new Map<string, Entry>()
+  #oldest: Entry | undefined
+  #newest: Entry | undefined
   readonly #maxEntries: number
   readonly #maxBytes: number
   #bytes = 0
@@ -51,15 +59,14 @@ export class ReplayCache {
 
   /** The finished record, or undefined when unknown or (conservatively) expired. */
   get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
-    const key = idOf(id)
-    const entry = this.#entries.get(key)
+    const entry = this.#entries.get(idOf(id))
     if (!entry) return undefined
-    this.#entries.delete(key)
     if (performance.now() >= entry.monotonicDeadline || Date.now() >= entry.wallDeadline) {
-      this.#bytes -= entry.bytes
+      this.#remove(entry)
       return undefined
     }
-    this.#entries.set(key, entry) // most recently used last
+    this.#unlink(entry)
+    this.#append(entry) // most recently used last
     return entry
   }
 
@@ -82,22 +89,45 @@ export class ReplayCache {
     if (bytes > this.#maxBytes) return
     const lifetime = expiresInMs * CLOCK_RATE_MARGIN
     const previous = this.#entries.get(key)
-    if (previous) {
-      this.#entries.delete(key)
-      this.#bytes -= previous.bytes
-    }
-    this.#entries.set(key, {
+    if (previous) this.#remove(previous)
+    const entry: Entry = {
+      key,
       fingerprint,
       response,
       monotonicDeadline: sentAt + lifetime,
       wallDeadline: sentAtWall + lifetime,
       bytes,
-    })
-    this.#bytes += bytes
-    for (const [oldest, entry] of this.#entries) {
-      if (this.#entries.size <= this.#maxEntries && this.#bytes <= this.#maxBytes) break
-      this.#entries.delete(oldest)
-      this.#bytes -= entry.bytes
+      older: undefined,
+      newer: undefined,
     }
+    this.#entries.set(key, entry)
+    this.#append(entry)
+    this.#bytes += bytes
+    while (this.#oldest && (this.#entries.size > this.#maxEntries || this.#bytes > this.#maxBytes)) {
+      this.#remove(this.#oldest)
+    }
+  }
+
+  #append(entry: Entry): void {
+    entry.older = this.#newest
+    entry.newer = undefined
+    if (this.#newest) this.#newest.newer = entry
+    else this.#oldest = entry
+    this.#newest = entry
+  }
+
+  #unlink(entry: Entry): void {
+    if (entry.older) entry.older.newer = entry.newer
+    else this.#oldest = entry.newer
+    if (entry.newer) entry.newer.older = entry.older
+    else this.#newest = entry.older
+    entry.older = undefined
+    entry.newer = undefined
+  }
+
+  #remove(entry: Entry): void {
+    this.#unlink(entry)
+    this.#entries.delete(entry.key)
+    this.#bytes -= entry.bytes
   }
 }
