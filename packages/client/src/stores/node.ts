@@ -207,7 +207,11 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     },
     async list() {
       await ensureDir()
-      const names = (await readdir(dir)).filter((name) => name.endsWith('.json'))
+      const names = (
+        await readdir(dir).catch((error) => {
+          throw toStorageError(error)
+        })
+      ).filter((name) => name.endsWith('.json'))
       const records = await Promise.all(names.map((name) => readLatest(join(dir, name))))
       return records.filter((record): record is IntentRecord => record !== undefined)
     },

@@ -1,0 +1,71 @@
+import * as fs from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest'
+import { StorageError } from '../src/index.js'
+import { fileStore } from '../src/stores/node.js'
+
+// The claim races of fileStore (lock renewal, release, takeover), made deterministic: every fs call of the store
+// goes through `hooks`, which a test uses to hold one call until it has driven the others to the point it wants.
+type Fs = typeof import('node:fs/promises')
+const hooks = vi.hoisted(() => ({
+  rename: undefined as ((from: string, to: string) => Promise<void> | undefined) | undefined,
+  renamed: undefined as ((from: string, to: string) => void) | undefined,
+  unlink: undefined as ((path: string, done: Promise<void>) => void) | undefined,
+  readFile: undefined as ((path: string, text: string) => Promise<void> | undefined) | undefined,
+  readdir: undefined as ((path: string) => Promise<void> | undefined) | undefined,
+}))
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const actual = await importOriginal<Fs>()
+  return {
+    ...actual,
+    rename: async (from: string, to: string) => {
+      await hooks.rename?.(from, to)
+      await actual.rename(from, to)
+      hooks.renamed?.(from, to)
+    },
+    unlink: (path: string) => {
+      const done = actual.unlink(path)
+      hooks.unlink?.(path, done)
+      return done
+    },
+    readFile: async (path: string, encoding: BufferEncoding) => {
+      const text = await actual.readFile(path, encoding)
+      await hooks.readFile?.(path, text)
+      return text
+    },
+    readdir: async (path: string) => {
+      await hooks.readdir?.(path)
+      return actual.readdir(path)
+    },
+  }
+})
+
+const dirs: string[] = []
+afterAll(async () => {
+  for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true })
+})
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] })
+})
+afterEach(() => {
+  vi.useRealTimers()
+  hooks.rename = hooks.renamed = hooks.unlink = hooks.readFile = hooks.readdir = undefined
+})
+
+async function tempDir() {
+  const dir = await fs.mkdtemp(join(tmpdir(), 'oncely-claim-'))
+  dirs.push(dir)
+  return dir
+}
+
+// Regression: list() let a raw readdir error (ENOTDIR, EACCES, ...) escape instead of the store's StorageError.
+it('wraps a failing readdir in list() as a StorageError', async () => {
+  const dir = await tempDir()
+  const store = fileStore({ dir })
+  expect(await store.list()).toEqual([])
+  hooks.readdir = () => {
+    throw Object.assign(new Error('EACCES: permission denied, scandir'), { code: 'EACCES' })
+  }
+  await expect(store.list()).rejects.toBeInstanceOf(StorageError)
+})
