@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import * as fs from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -58,6 +59,66 @@ async function tempDir() {
   dirs.push(dir)
   return dir
 }
+const lockOf = (dir: string, id: string) =>
+  join(dir, `${createHash('sha256').update(id).digest('hex').slice(0, 40)}.lock`)
+const exists = (path: string) =>
+  fs.stat(path).then(
+    () => true,
+    () => false,
+  )
+
+function deferred<T = void>() {
+  let resolve!: (value: T) => void
+  const promise = new Promise<T>((done) => (resolve = done))
+  return { promise, resolve }
+}
+
+// Regression: a renewal still writing when the claim was released recreated the lock file after the release had
+// removed it, a ghost claim that kept every other process out until its lease ran out.
+it('waits for a renewal in flight before releasing, so no ghost lock is left behind', async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const lock = lockOf(dir, 'i1')
+  const release = deferred()
+  const started = deferred()
+  const held = store.exclusive!('i1', async () => {
+    started.resolve()
+    await release.promise
+    return 'done'
+  })
+  await started.promise
+  const renaming = deferred()
+  const proceed = deferred()
+  const landed = deferred()
+  hooks.rename = async (_from, to) => {
+    if (to !== lock) return
+    renaming.resolve()
+    await proceed.promise
+  }
+  hooks.renamed = (_from, to) => {
+    if (to === lock) landed.resolve()
+  }
+  let unlinking: Promise<void> | undefined
+  hooks.unlink = (path, done) => {
+    if (path === lock) unlinking = done
+  }
+  vi.advanceTimersByTime(leaseMs / 3) // a renewal starts
+  await renaming.promise // ... and is about to rename its new lock file into place
+  release.resolve() // the driver finishes while the renewal is in flight
+  // One macrotask runs every microtask the release queues: a release that removes the lock at once has now
+  // started its unlink, which finishes before the renewal lands. A release that waits for the renewal has not.
+  await new Promise((resolve) => setImmediate(resolve))
+  await unlinking?.catch(() => {})
+  proceed.resolve()
+  expect(await held).toEqual({ acquired: true, value: 'done' })
+  await landed.promise
+  expect(await exists(lock)).toBe(false)
+  expect(await fileStore({ dir, leaseMs }).exclusive!('i1', async () => 'next')).toEqual({
+    acquired: true,
+    value: 'next',
+  })
+})
 
 // Regression: list() let a raw readdir error (ENOTDIR, EACCES, ...) escape instead of the store's StorageError.
 it('wraps a failing readdir in list() as a StorageError', async () => {

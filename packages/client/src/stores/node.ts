@@ -219,16 +219,23 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       await ensureDir()
       const lock = lockOf(id)
       if (!(await takeLock(lock))) return { acquired: false }
+      // One renewal at a time; the release waits for the one in flight, or it could recreate the lock file after
+      // the release removed it (a ghost claim keeping everyone out until its lease ran out).
+      let renewing: Promise<void> | undefined
       const renew = setInterval(() => {
-        void write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs }), false).catch(
-          () => {},
-        )
+        if (renewing) return
+        renewing = write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs }), false)
+          .catch(() => {})
+          .finally(() => {
+            renewing = undefined
+          })
       }, leaseMs / 3)
       renew.unref()
       try {
         return { acquired: true, value: await fn() }
       } finally {
         clearInterval(renew)
+        await renewing
         await unlink(lock).catch(() => {})
       }
     },
