@@ -73,6 +73,56 @@ function deferred<T = void>() {
   return { promise, resolve }
 }
 
+// Regression: a failed renewal (ENOSPC, EACCES, ...) was swallowed, so a driver whose lease had silently run out
+// kept going while another process took the intent over.
+it('fails the exclusive section with a StorageError when a lease renewal fails', async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const lock = lockOf(dir, 'i1')
+  const release = deferred()
+  const started = deferred()
+  const held = store.exclusive!('i1', async () => {
+    started.resolve()
+    await release.promise
+    return 'done'
+  })
+  await started.promise
+  hooks.rename = (_from, to) => {
+    if (to === lock) throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' })
+  }
+  vi.advanceTimersByTime(leaseMs / 3) // the renewal starts now and fails
+  release.resolve()
+  const error = await held.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  )
+  expect(error).toBeInstanceOf(StorageError)
+  expect((error as Error).message).toMatch(/claim on intent "i1"/)
+  expect(((error as Error).cause as Error).message).toMatch(/EACCES/)
+})
+
+it('fails the exclusive section when another process replaced its lock in the meantime', async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const lock = lockOf(dir, 'i1')
+  const release = deferred()
+  const started = deferred()
+  const held = store.exclusive!('i1', async () => {
+    started.resolve()
+    await release.promise
+    return 'done'
+  })
+  await started.promise
+  const other = JSON.stringify({ pid: process.pid, until: Date.now() + 60_000, token: 'someone-else' })
+  await fs.writeFile(lock, other)
+  vi.advanceTimersByTime(leaseMs / 3)
+  release.resolve()
+  await expect(held).rejects.toBeInstanceOf(StorageError)
+  expect(await fs.readFile(lock, 'utf8')).toBe(other) // neither overwritten by the renewal nor released
+})
+
 // Regression: a renewal still writing when the claim was released recreated the lock file after the release had
 // removed it, a ghost claim that kept every other process out until its lease ran out.
 it('waits for a renewal in flight before releasing, so no ghost lock is left behind', async () => {

@@ -15,7 +15,9 @@ export interface FileStoreOptions {
   dir: string
   /**
    * How long a process's claim on an intent lasts without renewal; a claim held by a process that no longer exists
-   * is taken over at once.
+   * is taken over at once. The holder renews it every `leaseMs / 3`. When a renewal fails, the lease runs out before
+   * one succeeds, or another process replaced the lock file, the claim is lost: `exclusive` then rejects with
+   * `StorageError` once its section settles (the section's own error wins), and leaves the lock file alone.
    * @default 10_000
    */
   leaseMs?: number
@@ -161,8 +163,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     return Date.now() - modified < leaseMs ? 'unreadable' : undefined
   }
 
-  const takeLock = async (lock: string): Promise<boolean> => {
-    const body = () => JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs })
+  const takeLock = async (lock: string, body: () => string): Promise<boolean> => {
     try {
       const handle = await open(lock, 'wx')
       await handle.writeFile(body())
@@ -175,7 +176,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     if (holder === 'unreadable') return false
     if (holder && holder.until > Date.now() && isAlive(holder.pid)) return false
     await unlink(lock).catch(() => {})
-    return takeLock(lock)
+    return takeLock(lock, body)
   }
 
   return {
@@ -218,27 +219,71 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     async exclusive<T>(id: string, fn: () => Promise<T>): Promise<ExclusiveResult<T>> {
       await ensureDir()
       const lock = lockOf(id)
-      if (!(await takeLock(lock))) return { acquired: false }
+      // The token tells this claim's lock file from any other's, this process's included.
+      const token = randomBytes(8).toString('hex')
+      let until = Date.now() + leaseMs
+      const body = () => JSON.stringify({ pid: process.pid, until, token })
+      if (!(await takeLock(lock, body))) return { acquired: false }
+      // Set once the claim can no longer be vouched for: the lease ran out before a renewal, a renewal failed, or
+      // the lock file is no longer this claim's. Another process may be driving the intent from then on.
+      let lost: StorageError | undefined
+      const lose = (reason: string, cause?: unknown) => {
+        lost ??= new StorageError(
+          `fileStore lost its claim on intent ${JSON.stringify(id)}: ${reason}; another process may drive it now`,
+          cause === undefined ? undefined : { cause },
+        )
+      }
+      const renewOnce = async () => {
+        if (Date.now() >= until) return lose('its lease ran out before it was renewed')
+        let text: string
+        try {
+          text = await readFile(lock, 'utf8')
+        } catch (error) {
+          return lose('its lock file could not be read', error)
+        }
+        if (tokenOf(text) !== token) return lose('its lock file was replaced')
+        const next = Date.now() + leaseMs
+        try {
+          await write(lock, JSON.stringify({ pid: process.pid, until: next, token }), false)
+        } catch (error) {
+          return lose('its lease could not be renewed', (error as Error).cause ?? error)
+        }
+        until = next
+      }
       // One renewal at a time; the release waits for the one in flight, or it could recreate the lock file after
       // the release removed it (a ghost claim keeping everyone out until its lease ran out).
       let renewing: Promise<void> | undefined
       const renew = setInterval(() => {
         if (renewing) return
-        renewing = write(lock, JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs }), false)
-          .catch(() => {})
-          .finally(() => {
-            renewing = undefined
-          })
+        if (lost) return clearInterval(renew)
+        renewing = renewOnce().finally(() => {
+          renewing = undefined
+        })
       }, leaseMs / 3)
       renew.unref()
+      let value: T
       try {
-        return { acquired: true, value: await fn() }
+        value = await fn()
       } finally {
         clearInterval(renew)
         await renewing
-        await unlink(lock).catch(() => {})
+        if (!lost && Date.now() >= until) lose('its lease ran out before it was renewed')
+        // A lost claim's lock file is left alone: it may be another process's by now.
+        if (!lost) await unlink(lock).catch(() => {})
       }
+      if (lost) throw lost
+      return { acquired: true, value }
     },
+  }
+}
+
+// The token of a lock file's claim, if it names one.
+function tokenOf(text: string): string | undefined {
+  try {
+    const token = (JSON.parse(text) as { token?: unknown } | null)?.token
+    return typeof token === 'string' ? token : undefined
+  } catch {
+    return undefined
   }
 }
 
