@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import * as fs from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -10,11 +11,11 @@ import { fileStore } from '../src/stores/node.js'
 // goes through `hooks`, which a test uses to hold one call until it has driven the others to the point it wants.
 type Fs = typeof import('node:fs/promises')
 const hooks = vi.hoisted(() => ({
-  rename: undefined as ((from: string, to: string) => Promise<void> | undefined) | undefined,
+  rename: undefined as ((from: string, to: string) => Promise<void> | void) | undefined,
   renamed: undefined as ((from: string, to: string) => void) | undefined,
   unlink: undefined as ((path: string, done: Promise<void>) => void) | undefined,
-  readFile: undefined as ((path: string, text: string) => Promise<void> | undefined) | undefined,
-  readdir: undefined as ((path: string) => Promise<void> | undefined) | undefined,
+  readFile: undefined as ((path: string, text: string) => Promise<void> | void) | undefined,
+  readdir: undefined as ((path: string) => Promise<void> | void) | undefined,
 }))
 vi.mock('node:fs/promises', async (importOriginal) => {
   const actual = await importOriginal<Fs>()
@@ -168,6 +169,78 @@ it('waits for a renewal in flight before releasing, so no ghost lock is left beh
     acquired: true,
     value: 'next',
   })
+})
+
+// Regression: two processes taking over the same stale lock could both win: the second removed the first's fresh
+// lock, believing it was still the stale one, and created its own.
+it('lets only one of two concurrent takers of a stale lock win', async () => {
+  const dir = await tempDir()
+  const lock = lockOf(dir, 'i1')
+  const deadPid = spawnSync(process.execPath, ['-e', '0']).pid
+  await fs.writeFile(lock, JSON.stringify({ pid: deadPid, until: Date.now() + 60_000 }))
+  const stale = await fs.readFile(lock, 'utf8')
+  // Both takers read the stale lock before either acts; then the first takes over completely (its section
+  // starts) before the second, still holding its judgment that the lock is stale, goes on.
+  const judged: (() => void)[] = []
+  const bothJudged = deferred()
+  const firstRunning = deferred()
+  hooks.readFile = async (path, text) => {
+    if (path !== lock || text !== stale || judged.length >= 2) return
+    const gate = deferred()
+    judged.push(gate.resolve)
+    if (judged.length === 2) bothJudged.resolve()
+    await gate.promise
+  }
+  void bothJudged.promise.then(async () => {
+    judged[0]!()
+    await firstRunning.promise
+    judged[1]!()
+  })
+  const ran: string[] = []
+  const secondRan = deferred()
+  const release = deferred()
+  const section = (name: string) => async () => {
+    ran.push(name)
+    firstRunning.resolve()
+    if (ran.length === 2) secondRan.resolve()
+    await release.promise
+    return name
+  }
+  const a = fileStore({ dir }).exclusive!('i1', section('a'))
+  const b = fileStore({ dir }).exclusive!('i1', section('b'))
+  // While the winner's section runs, the loser must answer { acquired: false } rather than run its own.
+  const outcome = await Promise.race([
+    Promise.race([a, b]).then((result) => result),
+    secondRan.promise.then(() => 'both sections ran'),
+  ])
+  expect(outcome).toEqual({ acquired: false })
+  expect(ran).toHaveLength(1)
+  release.resolve()
+  const outcomes = await Promise.all([a, b])
+  expect(outcomes.filter((result) => result.acquired)).toHaveLength(1)
+})
+
+it('takes over a stale lock even when an earlier taker died halfway through its takeover', async () => {
+  const dir = await tempDir()
+  const lock = lockOf(dir, 'i1')
+  const deadPid = spawnSync(process.execPath, ['-e', '0']).pid
+  await fs.writeFile(lock, JSON.stringify({ pid: deadPid, until: Date.now() + 60_000 }))
+  // The first taker stops for good just before renaming its lock into place, as if killed there ...
+  const stuck = deferred()
+  hooks.rename = async (_from, to) => {
+    if (to !== lock) return
+    hooks.rename = undefined
+    stuck.resolve()
+    await new Promise(() => {})
+  }
+  void fileStore({ dir }).exclusive!('i1', async () => 'never')
+  await stuck.promise
+  // ... so its takeover marker names a process that no longer exists.
+  const markers = (await fs.readdir(dir)).filter((name) => name.endsWith('.take'))
+  expect(markers).toHaveLength(1)
+  await fs.writeFile(join(dir, markers[0]!), JSON.stringify({ pid: deadPid, until: Date.now() + 60_000 }))
+  expect(await fileStore({ dir }).exclusive!('i1', async () => 'b')).toEqual({ acquired: true, value: 'b' })
+  expect((await fs.readdir(dir)).filter((name) => name.endsWith('.take'))).toEqual([])
 })
 
 // Regression: list() let a raw readdir error (ENOTDIR, EACCES, ...) escape instead of the store's StorageError.

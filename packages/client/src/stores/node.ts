@@ -136,47 +136,93 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     }
   }
 
-  // A lock file per intent naming its holder; stale when its process is gone or its lease ran out. Best effort
-  // across processes (two takers of one stale lock can race); the server's key check remains the guarantee.
+  // A lock file per intent naming its holder and claim token; stale when its process is gone or its lease ran out.
+  // The server's key check remains the guarantee; the lock keeps two processes from driving one intent at once.
   const lockOf = (id: string) => fileOf(id).replace(/\.json$/, '.lock')
-  // A lock file is written after it is created, so a holder killed in between leaves it empty or torn. Such a file
-  // may also belong to a live holder that is still writing it: it counts as held until it is older than the lease.
-  const readHolder = async (
-    lock: string,
-  ): Promise<{ pid: number; until: number } | 'unreadable' | undefined> => {
+
+  // What a lock (or takeover marker) file says: absent; held by a live holder within its lease; or stale, with the
+  // exact state judged stale, which a takeover checks again before replacing it. A lock file is written after it
+  // is created, so a holder killed in between leaves it empty or torn. Such a file may also belong to a live holder
+  // that is still writing it: it counts as held until it is older than the lease.
+  const inspect = async (path: string): Promise<'absent' | 'held' | { stale: string }> => {
     let text: string
     try {
-      text = await readFile(lock, 'utf8')
-    } catch {
-      return undefined
+      text = await readFile(path, 'utf8')
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'absent'
+      throw toStorageError(error)
+    }
+    const holder = holderOf(text)
+    if (holder) return holder.until > Date.now() && isAlive(holder.pid) ? 'held' : { stale: text }
+    let stats: Awaited<ReturnType<typeof stat>>
+    try {
+      stats = await stat(path)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'absent'
+      throw toStorageError(error)
+    }
+    if (Date.now() - stats.mtimeMs < leaseMs) return 'held'
+    return { stale: `${text}\n${stats.ino}:${stats.mtimeMs}` }
+  }
+
+  // Creates `path` with `text` unless it exists.
+  const create = async (path: string, text: string): Promise<boolean> => {
+    let handle: Awaited<ReturnType<typeof open>>
+    try {
+      handle = await open(path, 'wx')
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
+      throw toStorageError(error)
     }
     try {
-      const holder = JSON.parse(text) as { pid?: unknown; until?: unknown }
-      if (typeof holder.pid === 'number' && typeof holder.until === 'number') {
-        return { pid: holder.pid, until: holder.until }
-      }
-    } catch {}
-    const modified = await stat(lock).then(
-      (stats) => stats.mtimeMs,
-      () => 0,
-    )
-    return Date.now() - modified < leaseMs ? 'unreadable' : undefined
+      await handle.writeFile(text)
+      await handle.close()
+    } catch (error) {
+      await handle.close().catch(() => {})
+      await unlink(path).catch(() => {})
+      throw toStorageError(error)
+    }
+    return true
   }
 
   const takeLock = async (lock: string, body: () => string): Promise<boolean> => {
-    try {
-      const handle = await open(lock, 'wx')
-      await handle.writeFile(body())
-      await handle.close()
-      return true
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toStorageError(error)
+    for (let attempt = 0; attempt < 3; attempt++) {
+      if (await create(lock, body())) return true
+      const seen = await inspect(lock)
+      if (seen === 'held') return false
+      if (seen !== 'absent') return takeOver(lock, seen.stale, body)
     }
-    const holder = await readHolder(lock)
-    if (holder === 'unreadable') return false
-    if (holder && holder.until > Date.now() && isAlive(holder.pid)) return false
-    await unlink(lock).catch(() => {})
-    return takeLock(lock, body)
+    return false
+  }
+
+  // Replaces a stale lock file with this claim's, as a compare-and-swap. The takers of one stale state take turns
+  // through a marker file named after it (created exclusively), and the one whose turn it is renames its lock over
+  // the stale one only if the lock is still exactly what it judged stale. The lock path never goes missing, so no
+  // one can create it meanwhile, and a taker whose judgment is out of date finds the lock changed and backs off.
+  // A taker that died holding a marker leaves it stale; the next taker uses the next marker.
+  const takeOver = async (lock: string, stale: string, body: () => string): Promise<boolean> => {
+    const tag = createHash('sha256').update(stale).digest('hex').slice(0, 16)
+    const marker = (generation: number) => `${lock}.${tag}.${generation}.take`
+    for (let generation = 0, tries = 0; tries < 8; tries++) {
+      if (
+        await create(marker(generation), JSON.stringify({ pid: process.pid, until: Date.now() + leaseMs }))
+      ) {
+        try {
+          const now = await inspect(lock)
+          if (typeof now !== 'object' || now.stale !== stale) return false
+          await write(lock, body(), false) // a temp file renamed over the stale lock: one atomic step
+          return true
+        } finally {
+          for (let previous = generation; previous >= 0; previous--) {
+            await unlink(marker(previous)).catch(() => {})
+          }
+        }
+      }
+      const other = await inspect(marker(generation))
+      if (other === 'held') return false // another process is taking this lock over right now
+      if (other !== 'absent') generation++ // its taker died before finishing
+    }
+    return false
   }
 
   return {
@@ -275,6 +321,17 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       return { acquired: true, value }
     },
   }
+}
+
+// The holder a lock or marker file names, if it is whole.
+function holderOf(text: string): { pid: number; until: number } | undefined {
+  try {
+    const holder = JSON.parse(text) as { pid?: unknown; until?: unknown } | null
+    if (typeof holder?.pid === 'number' && typeof holder.until === 'number') {
+      return { pid: holder.pid, until: holder.until }
+    }
+  } catch {}
+  return undefined
 }
 
 // The token of a lock file's claim, if it names one.
