@@ -6,6 +6,13 @@ export interface StoreEvents {
   'storage-fallback': { store: string; reason: string; error: unknown }
   /** A corrupt entry was moved aside instead of crashing the client. */
   quarantined: { store: string; id: string; location: string; reason: string }
+  /**
+   * The store could no longer vouch for this process's claim on an intent while driving it (a lease renewal failed
+   * or came too late, or another process replaced the claim): another process may be driving the same intent. The
+   * server's key check still makes both drives one effect; this is for monitoring. Emitted once per claim, when
+   * the loss is noticed.
+   */
+  'claim-lost': { store: string; id: string; reason: string; error: Error }
 }
 
 /** Receives store events; the client forwards them to its `on` listeners. */

@@ -4,7 +4,7 @@ import * as fs from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest'
-import { StorageError } from '../src/index.js'
+import { StorageError, type StoreEvents } from '../src/index.js'
 import { fileStore } from '../src/stores/node.js'
 
 // The claim races of fileStore (lock renewal, release, takeover), made deterministic: every fs call of the store
@@ -101,6 +101,37 @@ it('fails the exclusive section with a StorageError when a lease renewal fails',
   expect(error).toBeInstanceOf(StorageError)
   expect((error as Error).message).toMatch(/claim on intent "i1"/)
   expect(((error as Error).cause as Error).message).toMatch(/EACCES/)
+})
+
+it('reports a lost claim as a claim-lost event as soon as it is noticed, before the section ends', async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const events: StoreEvents['claim-lost'][] = []
+  store.attach?.((event, payload) => {
+    if (event === 'claim-lost') events.push(payload as StoreEvents['claim-lost'])
+  })
+  const lock = lockOf(dir, 'i1')
+  const release = deferred()
+  const started = deferred()
+  const held = store.exclusive!('i1', async () => {
+    started.resolve()
+    await release.promise
+    return 'done'
+  })
+  held.catch(() => {})
+  await started.promise
+  hooks.rename = (_from, to) => {
+    if (to === lock) throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' })
+  }
+  vi.advanceTimersByTime(leaseMs / 3) // the renewal starts now and fails
+  await vi.waitFor(() => expect(events).toHaveLength(1))
+  expect(events[0]).toMatchObject({ store: 'file', id: 'i1', reason: 'its lease could not be renewed' })
+  expect(events[0]?.error).toBeInstanceOf(StorageError)
+  vi.advanceTimersByTime(leaseMs / 3) // no second event for the same claim
+  release.resolve()
+  await expect(held).rejects.toBeInstanceOf(StorageError)
+  expect(events).toHaveLength(1)
 })
 
 it('fails the exclusive section when another process replaced its lock in the meantime', async () => {

@@ -274,10 +274,13 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       // the lock file is no longer this claim's. Another process may be driving the intent from then on.
       let lost: StorageError | undefined
       const lose = (reason: string, cause?: unknown) => {
-        lost ??= new StorageError(
+        if (lost) return
+        lost = new StorageError(
           `fileStore lost its claim on intent ${JSON.stringify(id)}: ${reason}; another process may drive it now`,
           cause === undefined ? undefined : { cause },
         )
+        // Now, not when the section ends: the section may be a request that takes a while yet.
+        sink?.('claim-lost', { store: 'file', id, reason, error: lost })
       }
       const renewOnce = async () => {
         if (Date.now() >= until) return lose('its lease ran out before it was renewed')
