@@ -88,9 +88,9 @@ export function createLockExecutor(deps: LockModeDeps) {
     }
   }
 
-  /** Writes the finished record and commits; throws a fence error (see lq.isFenceError) when the row changed. */
+  /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
   async function finishOn(client: pg.PoolClient, id: q.RecordId, record: lq.FinishRecord): Promise<void> {
-    if (preparedStatements && record.response.body.length <= lq.INLINE_BODY_BYTES) {
+    if (preparedStatements && record.response.body.length <= q.INLINE_BODY_BYTES) {
       const { statement, text } = lq.finishAndCommit(names, id, record, config.fenced)
       await deps.prepare(client, statement)
       await client.query(text)
@@ -144,7 +144,7 @@ export function createLockExecutor(deps: LockModeDeps) {
           emit({ type: 'mismatch', ...id })
           return { kind: 'mismatch' }
         }
-        return deps.answerFinished(id, input.fingerprint, live as q.LookupRow, sent)
+        return deps.answerFinished(id, input.fingerprint, live, sent)
       }
       if (Date.now() + pollMs < deadline) {
         await sleep(pollMs)
@@ -273,7 +273,7 @@ export function createLockExecutor(deps: LockModeDeps) {
         })
         open = false
       } catch (error) {
-        if (lq.isFenceError(error)) {
+        if (q.isFenceError(error)) {
           await rollback()
           return await deps.fencedOut(id, attempt)
         }

@@ -6,6 +6,7 @@ import type { TableNames } from './identifiers.js'
 import {
   FENCE_MARKER,
   LOOKUP_COLUMNS,
+  type LookupRow,
   literal,
   ms,
   PK,
@@ -15,8 +16,6 @@ import {
   sqlStatement,
   statement,
 } from './queries.js'
-
-export { FENCE_MARKER, INLINE_BODY_BYTES, isFenceError } from './queries.js'
 
 /**
  * The advisory lock and the key's row in one statement. The lock is a 64-bit hash of the table, scope, operation
@@ -42,15 +41,7 @@ FROM (SELECT 1) AS one LEFT JOIN (
 export type LockedLookup = { locked: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })
 
 /** The row as the lock-mode lookup returns it; `version` identifies the row version for the finishing fence. */
-export interface LockedLookupRow {
-  fingerprint: string
-  status: 'in_progress' | 'succeeded' | 'failed_retryable' | 'failed_permanent'
-  expired: boolean
-  expires_in_ms: number
-  lease_remaining_ms: number | null
-  response_status: number | null
-  response_headers: Record<string, string> | null
-  response_body: Buffer | null
+export interface LockedLookupRow extends LookupRow {
   attempts: number
   recovery_point: string | null
   lock_token: string | null
