@@ -1,0 +1,179 @@
+// Every TypeScript example in the repository's Markdown is compiled under `strict` (as one project, the way a user's
+// editor would see it) and run against the real services: a fresh Postgres database per example, and Redis and
+// NATS when the example imports them. See src/snippets.ts for the directives that change what is done.
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
+import path from 'node:path'
+import { createTestDatabase, optionalService, waitFor } from '@oncely/test-support'
+import { describe, expect, it } from 'vitest'
+import { extractSnippets, type Snippet } from '../src/snippets.js'
+
+const root = path.resolve(import.meta.dirname, '../../..')
+const workDir = path.resolve(import.meta.dirname, '../.snippets')
+const RUN_TIMEOUT_MS = 60_000
+
+const markdownFiles = execFileSync(
+  'git',
+  ['ls-files', '--cached', '--others', '--exclude-standard', '*.md'],
+  {
+    cwd: root,
+    encoding: 'utf8',
+  },
+)
+  .split('\n')
+  .filter((file) => file !== '' && !file.includes('node_modules/'))
+
+const snippets: Snippet[] = markdownFiles.flatMap((file) =>
+  extractSnippets(readFileSync(path.join(root, file), 'utf8'), file),
+)
+const fileOf = (snippet: Snippet) => `${snippet.name}.${snippet.lang}`
+
+rmSync(workDir, { recursive: true, force: true })
+mkdirSync(workDir, { recursive: true })
+writeFileSync(path.join(workDir, 'package.json'), `${JSON.stringify({ type: 'module' })}\n`)
+// What a user's project would have: strict mode and Node's own module rules (the strictest about ESM imports).
+writeFileSync(
+  path.join(workDir, 'tsconfig.json'),
+  `${JSON.stringify(
+    {
+      compilerOptions: {
+        target: 'ES2022',
+        lib: ['ES2022', 'DOM', 'DOM.Iterable'],
+        module: 'NodeNext',
+        moduleResolution: 'NodeNext',
+        customConditions: ['@oncely/source'],
+        types: ['node'],
+        strict: true,
+        jsx: 'react-jsx',
+        skipLibCheck: true,
+        noEmit: true,
+      },
+      include: ['*.ts', '*.tsx'],
+    },
+    null,
+    2,
+  )}\n`,
+)
+for (const snippet of snippets) {
+  if (snippet.mode !== 'skip') writeFileSync(path.join(workDir, fileOf(snippet)), snippet.code)
+}
+
+/** Maps `.snippets/<name>.ts(line,col)` in compiler output back to the Markdown file and line. */
+function toMarkdownLocations(output: string): string {
+  return output.replace(
+    /^([\w-]+)\.tsx?\((\d+),(\d+)\)/gm,
+    (whole, name: string, line: string, col: string) => {
+      const snippet = snippets.find((s) => s.name === name)
+      return snippet ? `${snippet.file}:${snippet.line + Number(line) - 1}:${col}` : whole
+    },
+  )
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+const accepts = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.on('error', () => resolve(false))
+  })
+
+/** Runs one example as a user would (`node --import tsx`), with its services in the environment. */
+async function runSnippet(snippet: Snippet, env: NodeJS.ProcessEnv): Promise<void> {
+  const port = snippet.mode === 'server' ? await freePort() : undefined
+  const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', fileOf(snippet)], {
+    cwd: workDir,
+    env: { ...env, ...(port ? { PORT: String(port) } : {}) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => {
+    output += chunk
+  })
+  child.stderr.on('data', (chunk) => {
+    output += chunk
+  })
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  const where = `${snippet.file}:${snippet.line}`
+  try {
+    if (port !== undefined) {
+      let code: number | null | undefined
+      void exited.then((c) => {
+        code = c
+      })
+      await waitFor(
+        `${where} to listen on $PORT`,
+        async () => code !== undefined || (await accepts(port)),
+        30_000,
+      )
+      if (code !== undefined) throw new Error(`${where} exited with ${code} before listening:\n${output}`)
+      return
+    }
+    const timeout = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), RUN_TIMEOUT_MS))
+    const code = await Promise.race([exited, timeout])
+    if (code === 'timeout') throw new Error(`${where} did not finish within ${RUN_TIMEOUT_MS} ms:\n${output}`)
+    if (code !== 0) throw new Error(`${where} exited with ${code}:\n${output}`)
+  } finally {
+    child.kill('SIGKILL')
+  }
+}
+
+describe('Markdown examples', () => {
+  it('finds examples (so an empty scan cannot pass)', () => {
+    expect(snippets.length).toBeGreaterThan(0)
+  })
+
+  const compiled = snippets.filter((s) => s.mode !== 'skip')
+  it.skipIf(compiled.length === 0)('compile under strict as one project', () => {
+    const tsc = path.resolve(import.meta.dirname, '../node_modules/typescript/bin/tsc')
+    let output = ''
+    try {
+      execFileSync(process.execPath, [tsc, '-p', workDir], { cwd: workDir, encoding: 'utf8' })
+    } catch (error) {
+      output = toMarkdownLocations(String((error as { stdout?: string }).stdout ?? error))
+    }
+    expect(output, 'type errors in Markdown examples').toBe('')
+  })
+
+  const skipped = snippets.filter((s) => s.mode === 'skip' || s.mode === 'compile-only')
+  it.skipIf(skipped.length === 0)('reports the examples that are not run', () => {
+    for (const s of skipped) console.info(`not run (${s.mode}): ${s.file}:${s.line}: ${s.reason}`)
+  })
+
+  const runnable = snippets.filter((s) => s.mode === 'run' || s.mode === 'server')
+  it.each(runnable.map((s) => [`${s.file}:${s.line}`, s] as const))('runs %s', async (_, snippet) => {
+    const env: NodeJS.ProcessEnv = { ...process.env }
+    for (const [service, envName, defaultUrl, pattern] of [
+      ['Redis', 'REDIS_URL', 'redis://127.0.0.1:6379', /from 'ioredis'/],
+      ['NATS', 'NATS_URL', 'nats://127.0.0.1:4222', /from '@nats-io\//],
+    ] as const) {
+      if (!pattern.test(snippet.code)) continue
+      const found = await optionalService(envName, defaultUrl)
+      if (found.skip) {
+        if (process.env.CI) throw new Error(`${service} is needed by this example: ${found.skip}`)
+        console.info(`${snippet.file}:${snippet.line} not run: ${found.skip}`)
+        return
+      }
+      env[envName] = found.url
+    }
+    const db = await createTestDatabase('docs')
+    try {
+      env.DATABASE_URL = db.url
+      await runSnippet(snippet, env)
+    } finally {
+      await db.drop()
+    }
+  })
+})

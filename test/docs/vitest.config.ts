@@ -1,0 +1,7 @@
+import { defineConfig, mergeConfig } from 'vitest/config'
+import shared from '../../vitest.shared.ts'
+
+export default mergeConfig(
+  shared,
+  defineConfig({ test: { include: ['test/**/*.test.ts'], testTimeout: 120_000, hookTimeout: 180_000 } }),
+)
