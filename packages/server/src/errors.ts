@@ -18,3 +18,22 @@ export function isResponseTooLargeError(error: unknown): error is ResponseTooLar
     error instanceof ResponseTooLargeError || (error as Error | undefined)?.name === 'ResponseTooLargeError'
   )
 }
+
+/**
+ * The store is not set up: its table or schema is missing, or older than this version of oncely expects. Thrown by
+ * `engine.verify()` with the fix in the message; the database's own error is the `cause`.
+ */
+export class StoreSetupError extends Error {
+  override name = 'StoreSetupError' as const
+  /** The Postgres SQLSTATE that revealed the problem (42P01 undefined table, 3F000 undefined schema, 42703 undefined column). */
+  readonly code: string
+  constructor(message: string, code: string, cause: unknown) {
+    super(message, { cause })
+    this.code = code
+  }
+}
+
+/** True for a {@link StoreSetupError}, also across bundles. */
+export function isStoreSetupError(error: unknown): error is StoreSetupError {
+  return error instanceof StoreSetupError || (error as Error | undefined)?.name === 'StoreSetupError'
+}

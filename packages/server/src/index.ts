@@ -18,7 +18,12 @@ export type {
   ReapOptions,
   StoredResponse,
 } from './engine/types.js'
-export { isResponseTooLargeError, ResponseTooLargeError } from './errors.js'
+export {
+  isResponseTooLargeError,
+  isStoreSetupError,
+  ResponseTooLargeError,
+  StoreSetupError,
+} from './errors.js'
 export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'
 export { DEFAULT_SCHEMA, DEFAULT_TABLE, migrate, migrations, renderMigrations } from './store/migrations.js'
 export type { PostgresStore, PostgresStoreOptions } from './store/postgres-store.js'

@@ -59,3 +59,28 @@ describe('migrations', () => {
     expect(rows).toEqual([{ status: 'succeeded' }])
   })
 })
+
+describe('engine.verify()', () => {
+  it('names the missing table and the fix, and resolves once migrated', async () => {
+    const engine = createEngine({
+      store: postgresStore({ pool: db.pool, schema: 'unmigrated', table: 'keys' }),
+    })
+    const error = await engine.verify().catch((e: unknown) => e)
+    expect(error).toMatchObject({ name: 'StoreSetupError', code: '42P01' })
+    expect((error as Error).message).toBe(
+      'The idempotency table "unmigrated"."keys" does not exist. Run `await migrate(pool, { schema: "unmigrated", table: "keys" })` from \'@oncely/server\' at start-up, or apply renderMigrations({ schema: "unmigrated", table: "keys" }) with your migration tool.',
+    )
+    await migrate(db.pool, { schema: 'unmigrated', table: 'keys' })
+    await expect(engine.verify()).resolves.toBeUndefined()
+  })
+
+  it('tells an out-of-date table from a missing one', async () => {
+    await db.pool.query('CREATE SCHEMA old; CREATE TABLE old.idempotency_keys (scope text)')
+    const engine = createEngine({ store: postgresStore({ pool: db.pool, schema: 'old' }) })
+    await expect(engine.verify()).rejects.toMatchObject({
+      name: 'StoreSetupError',
+      code: '42703',
+      message: expect.stringContaining('is older than this version of @oncely/server'),
+    })
+  })
+})

@@ -4,6 +4,7 @@ import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
 import * as q from '../store/queries.js'
+import { verifyStore } from '../store/verify.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
 import { LazyAbort } from './lazy-abort.js'
 import { createLockExecutor } from './lock-mode.js'
@@ -558,6 +559,7 @@ export function createEngine(options: EngineOptions): Engine {
     execute,
     reap,
     startReaper,
+    verify: () => verifyStore(options.store),
     options: {
       leaseMs: config.leaseMs,
       retentionMs: config.retentionMs,

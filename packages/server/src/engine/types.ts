@@ -269,6 +269,15 @@ export interface Engine {
   reap(options?: ReapOptions): Promise<number>
   /** Starts a periodic `reap()`; call the returned function to stop it. The timer does not keep the process alive. */
   startReaper(options?: ReaperOptions): () => void
+  /**
+   * Checks that the store's table exists and is up to date, so a missing migration fails at start-up instead of
+   * answering every request 503. Rejects with a `StoreSetupError` that names the table and the fix; with the
+   * database's own error when Postgres cannot be reached. The HTTP adapters call it when the server starts.
+   *
+   * @example
+   * await engine.verify() // StoreSetupError: The idempotency table "oncely"."idempotency_keys" does not exist. Run `await migrate(pool)` ...
+   */
+  verify(): Promise<void>
   /** The resolved options. */
   readonly options: Readonly<Required<Pick<EngineOptions, 'leaseMs' | 'retentionMs' | 'maxResponseBytes'>>>
 }
