@@ -3,8 +3,15 @@
  * `main.ts` decides the port, the database and the signals.
  */
 import { randomUUID } from 'node:crypto'
-import { createEngine, type Engine, type EngineEvent, postgresStore } from '@oncely/server'
+import {
+  createEngine,
+  type Engine,
+  type EngineEvent,
+  type EngineOptions,
+  postgresStore,
+} from '@oncely/server'
 import { idempotency } from '@oncely/server/fastify'
+import { createEngineForTesting } from '@oncely/server/testing'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type pg from 'pg'
 import { registerAuth } from './auth.js'
@@ -94,22 +101,29 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 }
 
 function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults: Faults): Engine {
-  const engine = createEngine({
+  const engineOptions: EngineOptions = {
     store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
     leaseMs: options.leaseMs ?? 30_000,
     retentionMs: options.retentionMs ?? 86_400_000,
     reservation: options.reservation ?? 'row',
-    hooks: {
-      afterReserve: () => faults.at('after-reserve'),
-      beforeCommit: () => faults.at('before-commit'),
-      afterCommit: () => faults.at('after-commit'),
-    },
     onEvent: (event) => {
       app.log.debug({ event: { ...event, error: undefined } }, `oncely ${event.type}`)
       options.onEvent?.(event)
     },
-    ...(options.chaos?.disableFencing ? { unsafe: { disableFencing: true } } : {}),
-  })
+  }
+  // Only the chaos suite injects faults into the engine (and, to prove its checker, switches the fence off).
+  const engine =
+    options.chaos || options.faults
+      ? createEngineForTesting({
+          ...engineOptions,
+          hooks: {
+            afterReserve: () => faults.at('after-reserve'),
+            beforeCommit: () => faults.at('before-commit'),
+            afterCommit: () => faults.at('after-commit'),
+          },
+          unsafe: { disableFencing: options.chaos?.disableFencing === true },
+        })
+      : createEngine(engineOptions)
   const stopReaper = engine.startReaper()
   app.addHook('onClose', async () => stopReaper())
   return engine

@@ -2,17 +2,17 @@ export type { BackstopOptions, BackstopResult } from './backstop.js'
 export { insertOrExisting } from './backstop.js'
 export { defaultClassify, defaultRenderError } from './engine/classify.js'
 export { createEngine, stepKeyFor } from './engine/engine.js'
+export type { ReplayCacheOptions } from './engine/replay-cache.js'
 export { DEFAULT_REPLAY_HEADERS } from './engine/response.js'
 export type {
   Engine,
   EngineEvent,
-  EngineHookContext,
-  EngineHooks,
   EngineOptions,
   ErrorClass,
   ExecuteInput,
   ExecutionContext,
   HandlerResponse,
+  KeyId,
   Outcome,
   ReaperOptions,
   ReapOptions,

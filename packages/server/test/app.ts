@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance } from 'fastify'
 import type pg from 'pg'
 import { idempotency } from '../src/fastify/index.js'
-import type { EngineOptions } from '../src/index.js'
+import type { TestingEngineOptions } from '../src/testing/index.js'
 import { engineFor } from './helpers.js'
 
 declare module 'fastify' {
@@ -14,7 +14,7 @@ declare module 'fastify' {
  * A small payments API on the test database: bearer-token auth (the token is the tenant), one idempotent route that
  * inserts a payment in the idempotency transaction, and a few routes for the edge cases.
  */
-export async function buildApp(pool: pg.Pool, options: Partial<EngineOptions> = {}) {
+export async function buildApp(pool: pg.Pool, options: Partial<TestingEngineOptions> = {}) {
   const { engine, events } = engineFor(pool, options)
   const app: FastifyInstance = Fastify({ logger: false })
   app.decorateRequest('user', '')

@@ -79,8 +79,11 @@ describe('replay', () => {
     const key = freshKey()
     const first = await post(key, { cart: key, amount: 1, fail: 'throw' })
     expect(first.statusCode).toBe(504)
-    const { rows } = await db.pool.query('SELECT status FROM oncely.idempotency_keys WHERE key = $1', [key])
-    expect(rows[0].status).toBe('failed_retryable')
+    const retry = await post(key, { cart: key, amount: 1, fail: 'throw' })
+    expect(retry.statusCode).toBe(504) // executed again, not replayed
+    expect(retry.headers['idempotent-replayed']).toBeUndefined()
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [key])
+    expect(rows[0].n).toBe(0)
   })
 
   it('answers 500 response_too_large and stores nothing when the response exceeds the cap', async () => {

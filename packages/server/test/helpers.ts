@@ -1,7 +1,14 @@
 import { requestFingerprint } from '@oncely/protocol'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import type pg from 'pg'
-import { createEngine, type EngineEvent, type EngineOptions, migrate, postgresStore } from '../src/index.js'
+import { type EngineEvent, migrate, postgresStore } from '../src/index.js'
+import { createEngineForTesting, type TestingEngineOptions } from '../src/testing/index.js'
+
+/**
+ * The reservation protocol this run of the suite tests: vitest.config.ts runs every test file once per protocol,
+ * so every engine the tests build (through {@link engineFor}) uses it unless a test names another.
+ */
+export const reservation: 'row' | 'lock' = process.env.ONCELY_TEST_RESERVATION === 'lock' ? 'lock' : 'row'
 
 /**
  * A fresh database with the oncely table, a `payments` business table with no unique constraint (so a duplicate
@@ -18,11 +25,12 @@ export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = 
   return db
 }
 
-/** An engine on the database that records its events. */
-export function engineFor(pool: pg.Pool, options: Partial<EngineOptions> = {}) {
+/** An engine on the database, under this run's protocol, that records its events (and may inject faults). */
+export function engineFor(pool: pg.Pool, options: Partial<TestingEngineOptions> = {}) {
   const events: EngineEvent[] = []
-  const engine = createEngine({
+  const engine = createEngineForTesting({
     store: postgresStore({ pool }),
+    reservation,
     onEvent: (event) => events.push(event),
     ...options,
   })
@@ -31,6 +39,12 @@ export function engineFor(pool: pg.Pool, options: Partial<EngineOptions> = {}) {
 
 export const fingerprintOf = (body: unknown) =>
   requestFingerprint({ method: 'POST', route: '/v1/payments', body })
+
+/** How many payments were booked for one cart: the effect of the key under test, so a duplicate fails a test. */
+export async function paymentsFor(pool: pg.Pool, cart: string): Promise<number> {
+  const result = await pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [cart])
+  return result.rows[0].n
+}
 
 export async function countPayments(pool: pg.Pool, tenant?: string): Promise<number> {
   const result = tenant

@@ -119,7 +119,7 @@ describe('ReplayCache', () => {
   const now = () => [performance.now(), Date.now()] as const
 
   it('is bounded by maxBytes, and skips a response larger than the whole budget', () => {
-    const cache = new ReplayCache(100, 1_000)
+    const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1_000, maxAgeMs: 60_000 })
     cache.set(id('a'), 'f', response(400), 60_000, ...now())
     cache.set(id('b'), 'f', response(400), 60_000, ...now())
     cache.set(id('c'), 'f', response(400), 60_000, ...now())
@@ -130,7 +130,7 @@ describe('ReplayCache', () => {
   })
 
   it('counts the lifetime from before the statement was sent, on both clocks, and cuts it for drift', () => {
-    const cache = new ReplayCache(10, 1_000_000)
+    const cache = new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000 })
     const [at, wall] = now()
     // Sent 10 s ago with 10 s left then: expired now, although a clock that started at receipt would disagree.
     cache.set(id('late'), 'f', response(1), 10_000, at - 10_000, wall)
@@ -146,7 +146,7 @@ describe('ReplayCache', () => {
   })
 
   it('keeps ids apart that would collide if concatenated', () => {
-    const cache = new ReplayCache(10, 1_000_000)
+    const cache = new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000 })
     cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now())
     expect(cache.get({ scope: 'a', operation: 'bc', key: 'd' })).toBeUndefined()
   })

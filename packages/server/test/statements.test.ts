@@ -4,7 +4,8 @@ import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
-import { fingerprintOf, freshKey, sleep } from './helpers.js'
+import { createEngineForTesting } from '../src/testing/index.js'
+import { fingerprintOf, freshKey, reservation, sleep } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -14,9 +15,9 @@ beforeAll(async () => {
 })
 afterAll(() => db.drop())
 
-it('prepares reserve and complete once per table on a shared connection, and both tables work', async () => {
+it('prepares its statements once per table on a shared connection, and both tables work', async () => {
   const engines = ['keys_a', 'keys_b'].map((table) =>
-    createEngine({ store: postgresStore({ pool: db.pool, table }), replayCache: false }),
+    createEngine({ store: postgresStore({ pool: db.pool, table }), replayCache: false, reservation }),
   )
   const key = freshKey()
   for (let round = 0; round < 2; round++) {
@@ -38,50 +39,50 @@ it('prepares reserve and complete once per table on a shared connection, and bot
     `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name`,
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
+  // The row protocol's reservation and completion; the lock protocol's lock-and-lookup and finish.
+  const [first, second] = reservation === 'row' ? ['complete', 'reserve'] : ['finish', 'lock']
   expect(kinds.sort()).toEqual([
-    'oncely_complete_sql',
-    'oncely_complete_sql',
-    'oncely_reserve_sql',
-    'oncely_reserve_sql',
+    `oncely_${first}_sql`,
+    `oncely_${first}_sql`,
+    `oncely_${second}_sql`,
+    `oncely_${second}_sql`,
   ])
   for (const table of ['keys_a', 'keys_b']) {
     expect(rows.filter((row) => row.statement.includes(`"oncely"."${table}"`))).toHaveLength(2)
   }
 })
 
-for (const reservation of ['row', 'lock'] as const) {
-  it(`round-trips ids and headers with quotes, backslashes and SQL in them, and every byte of a body, through the literals (reservation: '${reservation}')`, async () => {
-    const engine = createEngine({
-      store: postgresStore({ pool: db.pool, table: 'keys_a' }),
-      replayCache: false,
-      reservation,
-    })
-    // Every byte value; the large one goes through a binary parameter instead of a literal (INLINE_BODY_BYTES).
-    for (const size of [512, 40_000]) {
-      const bytes = Buffer.from(Array.from({ length: size }, (_, index) => index % 256))
-      const nasty = `o'k\\' \\'; DROP TABLE oncely.keys_a; -- \u00e9 $1 E'x' ${reservation} ${size}`
-      const input = {
-        scope: nasty,
-        operation: `${nasty} op`,
-        key: `${nasty} key`,
-        fingerprint: fingerprintOf({ nasty }),
-        requestHeaders: { 'x-note': nasty },
-        handler: async () => ({ status: 201, headers: { etag: nasty }, body: bytes }),
-      }
-      expect((await engine.execute(input)).kind).toBe('executed')
-      const replay = await engine.execute(input)
-      expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: nasty } } })
-      if (replay.kind === 'replayed') expect(replay.response.body.equals(bytes)).toBe(true)
-      const { rows } = await db.pool.query(
-        'SELECT scope, operation, key, request_headers FROM oncely.keys_a WHERE scope = $1',
-        [nasty],
-      )
-      expect(rows).toEqual([
-        { scope: nasty, operation: `${nasty} op`, key: `${nasty} key`, request_headers: { 'x-note': nasty } },
-      ])
-    }
+it('round-trips ids and headers with quotes, backslashes and SQL in them, and every byte of a body, through the literals', async () => {
+  const engine = createEngine({
+    store: postgresStore({ pool: db.pool, table: 'keys_a' }),
+    replayCache: false,
+    reservation,
   })
-}
+  // Every byte value; the large one goes through a binary parameter instead of a literal (INLINE_BODY_BYTES).
+  for (const size of [512, 40_000]) {
+    const bytes = Buffer.from(Array.from({ length: size }, (_, index) => index % 256))
+    const nasty = `o'k\\' \\'; DROP TABLE oncely.keys_a; -- \u00e9 $1 E'x' ${reservation} ${size}`
+    const input = {
+      scope: nasty,
+      operation: `${nasty} op`,
+      key: `${nasty} key`,
+      fingerprint: fingerprintOf({ nasty }),
+      requestHeaders: { 'x-note': nasty },
+      handler: async () => ({ status: 201, headers: { etag: nasty }, body: bytes }),
+    }
+    expect((await engine.execute(input)).kind).toBe('executed')
+    const replay = await engine.execute(input)
+    expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: nasty } } })
+    if (replay.kind === 'replayed') expect(replay.response.body.equals(bytes)).toBe(true)
+    const { rows } = await db.pool.query(
+      'SELECT scope, operation, key, request_headers FROM oncely.keys_a WHERE scope = $1',
+      [nasty],
+    )
+    expect(rows).toEqual([
+      { scope: nasty, operation: `${nasty} op`, key: `${nasty} key`, request_headers: { 'x-note': nasty } },
+    ])
+  }
+})
 
 for (const preparedStatements of [true, false]) {
   it(`fences out an attempt that lost its key, preparedStatements: ${preparedStatements}`, async () => {
@@ -89,13 +90,14 @@ for (const preparedStatements of [true, false]) {
     onTestFinished(() => pool.end())
     const store = postgresStore({ pool, table: 'keys_b', preparedStatements })
     let paused = true
-    const slow = createEngine({
+    const slow = createEngineForTesting({
       store,
+      reservation,
       leaseMs: 100,
       replayCache: false,
       hooks: { beforeCommit: () => (paused ? sleep(400) : undefined) },
     })
-    const fast = createEngine({ store, leaseMs: 100, replayCache: false })
+    const fast = createEngine({ store, reservation, leaseMs: 100, replayCache: false })
     const key = freshKey()
     const input = (who: string) => ({
       scope: 's',
@@ -107,7 +109,9 @@ for (const preparedStatements of [true, false]) {
     const first = slow.execute(input('slow'))
     await sleep(200)
     paused = false
-    expect(await fast.execute(input('fast'))).toMatchObject({ kind: 'executed', attempt: 2 })
+    // The paused attempt's transaction sat idle past the lease and was ended: under 'lock' it left no record.
+    const winner = await fast.execute({ ...input('fast'), wait: { timeoutMs: 5_000 } })
+    expect(winner).toMatchObject({ kind: 'executed', attempt: reservation === 'row' ? 2 : 1 })
     const lost = await first
     expect(lost).toMatchObject({ kind: 'replayed', fencedOut: true })
     if (lost.kind === 'replayed') expect(JSON.parse(lost.response.body.toString())).toEqual({ who: 'fast' })
@@ -121,6 +125,7 @@ it('sends no prepared statement with preparedStatements: false (transaction-mode
     const engine = createEngine({
       store: postgresStore({ pool: other.pool, preparedStatements: false }),
       replayCache: false,
+      reservation,
     })
     const input = (body: unknown) => ({
       scope: 's',

@@ -1,14 +1,22 @@
-import { createHash, randomUUID } from 'node:crypto'
+// The engine: one attempt runner over a reservation protocol (store/row-reservation.ts or
+// store/lock-reservation.ts). Everything an attempt does around the handler is written here once: answering from
+// the record or the replay cache, the bounded wait, the handler in the business transaction, rollback,
+// classification, the size and 5xx checks, the completion, events and the cleanup of the connection.
+import { createHash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
+import { lockReservation } from '../store/lock-reservation.js'
 import * as q from '../store/queries.js'
+import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
+import { rowReservation } from '../store/row-reservation.js'
 import { verifyStore } from '../store/verify.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
+import { failOpenReservation } from './fail-open.js'
+import type { FaultOptions } from './faults.js'
 import { LazyAbort } from './lazy-abort.js'
-import { createLockExecutor } from './lock-mode.js'
-import { checkInput, positiveInteger, resolveOptions } from './options.js'
+import { checkInput, checkRecordId, positiveInteger, resolveOptions } from './options.js'
 import { ReplayCache } from './replay-cache.js'
 import { normalizeResponse } from './response.js'
 import type {
@@ -17,11 +25,13 @@ import type {
   EngineOptions,
   ExecuteInput,
   ExecutionContext,
+  KeyId,
   Outcome,
   ReaperOptions,
   ReapOptions,
   StoredResponse,
 } from './types.js'
+import { boundedWait } from './wait.js'
 
 // A reservation can lose a race against a concurrent release or reap and find the row gone or free; it then simply
 // tries again. This bounds those retries (each is a real state change by someone else, so it converges fast).
@@ -54,37 +64,15 @@ interface Finished {
   response: StoredResponse
 }
 
-// Which SQL-level prepared statements each connection holds (module-wide: engines on one table share a name).
-const preparedStatements = new WeakMap<pg.ClientBase, Set<string>>()
-
 /**
- * PREPAREs a statement on this connection the first time it is used there: on its own, so whether it exists never
- * depends on which statement of a later message failed (a PREPARE is not undone by a rollback).
+ * A deterministic key for one external call of an execution: SHA-256 (hex) over the canonical JSON of
+ * `[scope, operation, key, step]`. It is what `ctx.stepKey(step)` returns, exported so code outside the handler (a
+ * reconciliation job, a support tool) can find the provider's record of a step.
+ *
+ * @example
+ * const chargeKey = stepKeyFor('tenant_1', 'POST /v1/payments', 'order-17', 'charge')
+ * await stripe.charges.list({ idempotency_key: chargeKey }) // what the provider did for that step
  */
-async function prepare(client: pg.ClientBase, statement: q.SqlStatement): Promise<void> {
-  let prepared = preparedStatements.get(client)
-  if (prepared?.has(statement.name)) return
-  await client.query(statement.prepare)
-  if (!prepared) {
-    prepared = new Set()
-    preparedStatements.set(client, prepared)
-  }
-  prepared.add(statement.name)
-}
-
-/** Rolls back the transaction the reservation message began and returns the client (destroyed if that fails). */
-async function endTransaction(client: pg.PoolClient): Promise<void> {
-  try {
-    await client.query('ROLLBACK')
-    client.release()
-  } catch (error) {
-    client.release(error as Error)
-  }
-}
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
-
-/** A deterministic per-step key: SHA-256 over the canonical JSON of [scope, operation, key, step]. */
 export function stepKeyFor(scope: string, operation: string, key: string, step: string): string {
   return createHash('sha256')
     .update(canonicalJson([scope, operation, key, step]))
@@ -99,19 +87,27 @@ function storedFromRow(row: q.LookupRow): StoredResponse {
   }
 }
 
+type ReleaseReason = 'error' | 'server_error_response' | 'response_too_large'
+
 /**
- * Creates the idempotency engine: reserve (one autocommit statement), run the handler in a business transaction on
- * the same connection, complete the key with a fenced UPDATE in that transaction, COMMIT; or answer from the
- * record (or from the in-process cache of finished records).
+ * Creates the idempotency engine: reserve the key, run the handler in the business transaction on the same
+ * connection, write the finished record fenced in that transaction and commit; or answer from the record (or from
+ * the in-process cache of finished records).
  *
  * @example
  * const engine = createEngine({ store: postgresStore({ pool }) })
  * const outcome = await engine.execute({ scope, operation: 'POST /v1/payments', key, fingerprint, handler })
  */
 export function createEngine(options: EngineOptions): Engine {
-  const config = resolveOptions(options)
-  const { pool, names } = options.store
-  const hooks = options.hooks ?? {}
+  return buildEngine(options, {})
+}
+
+/** The engine with fault injection (see `@oncely/server/testing`). */
+export function buildEngine(options: EngineOptions, faults: FaultOptions): Engine {
+  const config = resolveOptions(options, faults)
+  const { store } = options
+  const { pool } = store
+  const hooks = faults.hooks ?? {}
   const emit = (event: EngineEvent) => {
     try {
       options.onEvent?.(event)
@@ -121,163 +117,74 @@ export function createEngine(options: EngineOptions): Engine {
   }
   onPoolError(pool, (error) => emit({ type: 'store_error', error }))
 
-  const cache = config.replayCache
-    ? new ReplayCache(config.replayCache.maxEntries, config.replayCache.maxBytes)
-    : undefined
-
-  const { preparedStatements } = options.store
-  const plain = (query: q.Query): q.Query =>
-    preparedStatements ? query : { text: query.text, values: query.values }
-
-  /**
-   * Reserves on `client`. When it reserved, the business transaction has begun on it (prepared: in the same
-   * message; else with its own BEGIN). When not, a transaction may be open: the caller ends it.
-   */
-  async function reserveOn(
-    client: pg.PoolClient,
-    id: q.RecordId,
-    fingerprint: string,
-    token: string,
-    leaseMs: number,
-    retentionMs: number,
-    headers: Record<string, string> | null,
-  ): Promise<q.ReserveRow | undefined> {
-    if (!preparedStatements) {
-      const query = plain(q.reserve(names, id, fingerprint, token, leaseMs, retentionMs, headers))
-      const row = (await client.query<q.ReserveRow>(query)).rows[0]
-      if (row?.reserved) await client.query('BEGIN')
-      return row
-    }
-    const { statement, text } = q.reserveAndBegin(
-      names,
-      id,
-      fingerprint,
-      token,
-      leaseMs,
-      retentionMs,
-      headers,
-    )
-    await prepare(client, statement)
-    // A multi-statement message answers with one result per statement: BEGIN, EXECUTE, COMMIT, BEGIN.
-    const results = (await client.query(text)) as unknown as pg.QueryResult<q.ReserveRow>[]
-    return results[results.length - 3]?.rows[0]
-  }
-
-  /** Completes and commits; false when fenced out (the transaction is then still open: roll back). */
-  async function completeOn(
-    client: pg.PoolClient,
-    id: q.RecordId,
-    token: string,
-    status: 'succeeded' | 'failed_permanent',
-    response: StoredResponse,
-  ): Promise<boolean> {
-    if (preparedStatements && response.body.length <= q.INLINE_BODY_BYTES) {
-      // One round trip: the completion fails on purpose when fenced out, which stops the message before COMMIT.
-      const { statement, text } = q.completeAndCommit(names, id, token, status, response, config.fenced)
-      await prepare(client, statement)
-      try {
-        await client.query(text)
-      } catch (error) {
-        if (q.isFenceError(error)) return false
-        throw error
-      }
-      return true
-    }
-    const completed = await client.query(plain(q.complete(names, id, token, status, response, config.fenced)))
-    if (completed.rowCount !== 1) return false
-    await client.query('COMMIT')
-    return true
-  }
-
-  const executeLocked =
+  const protocol: ReservationProtocol =
     config.reservation === 'lock'
-      ? createLockExecutor({
-          pool,
-          names,
-          preparedStatements,
-          config,
-          hooks,
-          emit,
-          prepare,
-          endTransaction,
-          answerFinished: (id, fingerprint, row, sent) =>
-            finished(id, fingerprint, remember(id, row, sent), false),
-          remember: (id, fingerprint, response, expiresInMs, sent) =>
-            cache?.set(id, fingerprint, response, expiresInMs, sent.at, sent.wall),
-          fencedOut: (id, attempt) => fencedOut(id, attempt),
-          failOpen: (input) => failOpen(input),
-          stepKey: (id, step) => stepKeyFor(id.scope, id.operation, id.key, step),
-        })
-      : undefined
+      ? lockReservation(store, config.fenced)
+      : rowReservation(store, config.fenced)
+  const failingOpen = failOpenReservation(pool)
+  const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
+
+  const unavailable = (error: unknown): Outcome => ({
+    kind: 'unavailable',
+    retryAfterMs: config.unavailableRetryAfterMs,
+    error,
+  })
 
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
-    const id: q.RecordId = { scope: input.scope, operation: input.operation, key: input.key }
+    const id: KeyId = { scope: input.scope, operation: input.operation, key: input.key }
     const cached = cache?.get(id)
-    if (cached) return finished(id, input.fingerprint, cached, false)
-    if (executeLocked) return executeLocked(input, id, leaseMs, retentionMs)
-    const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
-    let pollMs = 25
+    if (cached) return answerFinished(id, input.fingerprint, cached, false)
+    const request: ReserveRequest = {
+      id,
+      fingerprint: input.fingerprint,
+      leaseMs,
+      retentionMs,
+      requestHeaders: input.requestHeaders ?? null,
+    }
+    const waited = boundedWait(input.wait?.timeoutMs)
     for (let round = 0; ; ) {
-      const token = randomUUID()
-      let reserved: q.ReserveRow | undefined
-      let row: q.LookupRow | undefined
-      // One connection per attempt: the reservation runs on the client that then runs the business transaction.
-      let client: pg.PoolClient | undefined
       const sent: Sent = { at: performance.now(), wall: Date.now() }
+      let reservation: Awaited<ReturnType<ReservationProtocol['reserve']>>
       try {
-        client = await pool.connect()
-        const headers = input.requestHeaders ?? null
-        reserved = await reserveOn(client, id, input.fingerprint, token, leaseMs, retentionMs, headers)
-        if (reserved && !reserved.reserved) {
-          // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
-          row =
-            reserved.status === null
-              ? (await client.query<q.LookupRow>(plain(q.lookup(names, id)))).rows[0]
-              : (reserved as q.LookupRow)
-        }
+        reservation = await protocol.reserve(request)
       } catch (error) {
-        client?.release(error as Error)
         emit({ type: 'store_error', error, ...id })
-        if (input.failOpen) return failOpen(input)
-        return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+        if (!input.failOpen) return unavailable(error)
+        return failOpen(input, request)
       }
-      if (reserved?.reserved) {
-        if (!hooks.afterReserve) return run(input, id, token, reserved, client, sent)
-        // A pausing hook must not hold a connection (tests pause many attempts on small pools).
-        await endTransaction(client)
-        return run(input, id, token, reserved, undefined, sent)
+      switch (reservation.kind) {
+        case 'claimed':
+          return run(input, protocol, reservation.claim, sent)
+        case 'finished':
+          return answerFinished(id, input.fingerprint, remember(id, reservation.row, sent), false)
+        case 'mismatch':
+          emit({ type: 'mismatch', ...id })
+          return { kind: 'mismatch' }
+        case 'raced':
+          if (++round < MAX_RACE_ROUNDS) continue
+          return { kind: 'in_progress', retryAfterMs: 1_000, fencedOut: false }
+        case 'busy':
+          if (await waited()) continue
+          emit({ type: 'conflict', retryAfterMs: reservation.retryAfterMs, ...id })
+          return { kind: 'in_progress', retryAfterMs: reservation.retryAfterMs, fencedOut: false }
       }
-      // The reservation message began the business transaction; end it without making the answer wait.
-      if (preparedStatements) void endTransaction(client)
-      else client.release()
-      const raced = !row || row.expired || (row.status === 'in_progress' && row.lease_remaining_ms === 0)
-      if (row && !row.expired && row.fingerprint !== input.fingerprint) {
-        if (row.status === 'succeeded' || row.status === 'failed_permanent') remember(id, row, sent)
-        emit({ type: 'mismatch', ...id })
-        return { kind: 'mismatch' }
-      }
-      if (raced || row?.status === 'failed_retryable') {
-        if (++round < MAX_RACE_ROUNDS) continue
-        return { kind: 'in_progress', retryAfterMs: 1_000, fencedOut: false }
-      }
-      if (row?.status === 'in_progress') {
-        const remaining = Date.now() + pollMs < deadline
-        if (remaining) {
-          await sleep(pollMs)
-          pollMs = Math.min(pollMs * 2, 500)
-          continue
-        }
-        const retryAfterMs = row.lease_remaining_ms ?? 1_000
-        emit({ type: 'conflict', retryAfterMs, ...id })
-        return { kind: 'in_progress', retryAfterMs, fencedOut: false }
-      }
-      return finished(id, input.fingerprint, remember(id, row as q.LookupRow, sent), false)
     }
   }
 
+  /** Runs the handler without a key record, when the store failed and the input allows it (`failOpen`). */
+  async function failOpen(input: ExecuteInput, request: ReserveRequest): Promise<Outcome> {
+    let reservation: Awaited<ReturnType<typeof failingOpen.reserve>>
+    try {
+      reservation = await failingOpen.reserve(request)
+    } catch (error) {
+      return unavailable(error)
+    }
+    return run(input, failingOpen, reservation.claim, { at: performance.now(), wall: Date.now() })
+  }
+
   /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
-  function finished(id: q.RecordId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
+  function answerFinished(id: KeyId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
     if (record.fingerprint !== fingerprint) {
       emit({ type: 'mismatch', ...id })
       return { kind: 'mismatch' }
@@ -287,71 +194,81 @@ export function createEngine(options: EngineOptions): Engine {
   }
 
   /** Turns a finished row into a response and remembers it until (conservatively before) it expires. */
-  function remember(id: q.RecordId, row: q.LookupRow, sent: Sent): Finished {
+  function remember(id: KeyId, row: q.LookupRow, sent: Sent): Finished {
     const record = { fingerprint: row.fingerprint, response: storedFromRow(row) }
     cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall)
     return record
   }
 
-  async function run(
+  /** One attempt on a claimed key: the handler in the business transaction, then the finished record. */
+  async function run<C extends Claim>(
     input: ExecuteInput,
-    id: q.RecordId,
-    token: string,
-    reserved: q.ReserveRow,
-    /** The client the reservation ran on, its business transaction already begun; else connect and BEGIN. */
-    inTransaction: pg.PoolClient | undefined,
+    reservation: ReservationProtocol<C>,
+    claim: C,
     sent: Sent,
   ): Promise<Outcome> {
-    const attempt = reserved.attempts ?? 1
-    // `status` and `expired` describe the row this reservation replaced (as the statement's snapshot saw it).
-    if (reserved.expired) emit({ type: 'expired', ...id })
-    else if (reserved.status === 'in_progress') emit({ type: 'takeover', attempt, ...id })
-    emit({ type: 'reserved', attempt, ...id })
-    let client: pg.PoolClient
-    if (inTransaction) client = inTransaction
-    else {
-      await hooks.afterReserve?.({ ...id, attempt })
-      try {
-        client = await pool.connect()
-      } catch (error) {
-        return storeFailed(id, token, error)
-      }
-    }
+    const { client, attempt } = claim
+    const { id } = claim.request
+    const failedOpen = reservation === failingOpen
+    if (claim.replaced === 'expired') emit({ type: 'expired', ...id })
+    else if (claim.replaced === 'takeover') emit({ type: 'takeover', attempt, ...id })
+    if (!failedOpen) emit({ type: 'reserved', attempt, ...id })
 
     const started = Date.now()
     const abort = new LazyAbort()
     let broken: Error | undefined
     const onClientError = (error: Error) => {
-      broken = error
+      // The first error says why (Postgres's own, such as the lease guard's 25P03); the socket's close follows it.
+      broken ??= error
       abort.abort(error)
       emit({ type: 'store_error', error, ...id })
     }
     client.on('error', onClientError)
-    let crashed: unknown
+    let open = true
     const rollback = async () => {
+      if (!open) return
+      open = false
       try {
         await client.query('ROLLBACK')
       } catch (error) {
         broken ??= error as Error
       }
     }
-
-    try {
+    const released = async (
+      reason: ReleaseReason,
+      detail: { error?: unknown; response?: StoredResponse },
+    ) => {
+      await rollback()
       try {
-        if (!inTransaction) await client.query('BEGIN')
+        await reservation.release(claim)
+        emit({ type: 'released', attempt, reason, ...id })
       } catch (error) {
-        broken ??= error as Error
-        return storeFailed(id, token, error)
+        // The key stays held until its lease runs out; then the next attempt takes over.
+        emit({ type: 'store_error', error, ...id })
       }
+      return { kind: 'retryable_failure', reason, ...detail } as const
+    }
+    // Postgres ended the transaction after it sat idle past the lease: nothing of this attempt committed, and another
+    // may hold the key by now. Free what the claim left (fenced), then answer like any attempt that lost its key.
+    const lost = async () => {
+      open = false
+      await reservation.release(claim).catch(() => {})
+      return fencedOut(claim)
+    }
+    const executed = (response: StoredResponse, status: 'succeeded' | 'failed_permanent'): Outcome => {
+      emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
+      return { kind: 'executed', response, status, attempt, ...(failedOpen ? { failedOpen } : {}) }
+    }
+
+    let crashed: unknown
+    try {
+      await hooks.afterReserve?.({ ...id, attempt, tx: client })
       const ctx: ExecutionContext = {
         tx: client,
         ...id,
         attempt,
-        recoveryPoint: reserved.recovery_point,
-        saveRecoveryPoint: async (point, tx) => {
-          const result = await (tx ?? pool).query(q.saveRecoveryPoint(names, id, token, point))
-          return result.rowCount === 1
-        },
+        recoveryPoint: claim.recoveryPoint,
+        saveRecoveryPoint: (point, tx) => reservation.saveRecoveryPoint(claim, point, tx),
         stepKey: (step) => stepKeyFor(id.scope, id.operation, id.key, step),
         get signal() {
           return abort.signal
@@ -362,59 +279,60 @@ export function createEngine(options: EngineOptions): Engine {
       try {
         response = normalizeResponse(await input.handler(ctx), config.replayHeaders)
       } catch (error) {
+        if (q.isLeaseLost(broken)) return await lost()
         await rollback()
         const kind = broken ? 'retryable' : (input.classify ?? defaultClassify)(error)
-        if (kind === 'retryable') return released(id, token, attempt, 'error', { error })
+        if (kind === 'retryable') return await released('error', { error })
         const stored = normalizeResponse(
           (input.renderError ?? defaultRenderError)(error),
           config.replayHeaders,
         )
-        return completeOutsideTx(id, token, attempt, stored, started)
+        let stores: boolean
+        try {
+          stores = await reservation.fail(claim, stored)
+        } catch (storeError) {
+          emit({ type: 'store_error', error: storeError, ...id })
+          return unavailable(storeError)
+        }
+        return stores ? executed(stored, 'failed_permanent') : await fencedOut(claim)
       }
-      if (response.status >= 500) {
-        await rollback()
-        return released(id, token, attempt, 'server_error_response', { response })
-      }
+      if (response.status >= 500) return await released('server_error_response', { response })
       if (response.body.length > config.maxResponseBytes) {
-        await rollback()
         const error = new ResponseTooLargeError(response.body.length, config.maxResponseBytes)
-        return released(id, token, attempt, 'response_too_large', { error })
+        return await released('response_too_large', { error })
       }
 
-      try {
-        await hooks.beforeCommit?.({ ...id, attempt, tx: client })
-      } catch (error) {
-        crashed = error
-        throw error
-      }
-
+      await hooks.beforeCommit?.({ ...id, attempt, tx: client })
       const status = response.status >= 400 ? 'failed_permanent' : 'succeeded'
       let completed: boolean
       try {
-        completed = await completeOn(client, id, token, status, response)
+        completed = await reservation.complete(claim, status, response)
       } catch (error) {
         // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
-        // matches a row still in progress under our token, so a committed completion is left alone and an
-        // uncommitted one frees the key at once. The connection is dropped, which also ends any open transaction.
+        // matches a key still held under this claim, so a committed record is left alone and an uncommitted one is
+        // freed at once. The connection is dropped, which also ends any open transaction.
         broken ??= error as Error
-        return storeFailed(id, token, error)
+        if (q.isLeaseLost(broken)) return await lost()
+        open = false
+        emit({ type: 'store_error', error, ...id })
+        await reservation.release(claim).catch(() => {})
+        return unavailable(error)
       }
       if (!completed) {
         await rollback()
-        return fencedOut(id, attempt)
+        return await fencedOut(claim)
       }
-      if (reserved.reserved_expires_in_ms !== null) {
-        cache?.set(id, input.fingerprint, response, reserved.reserved_expires_in_ms, sent.at, sent.wall)
-      }
-      emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
+      open = false
+      cache?.set(id, input.fingerprint, response, claim.expiresInMs, sent.at, sent.wall)
+      const outcome = executed(response, status)
       await hooks.afterCommit?.({ ...id, attempt })
-      return { kind: 'executed', response, status, attempt }
+      return outcome
     } catch (error) {
-      crashed ??= error
+      crashed = error
       abort.abort(error)
       throw error
     } finally {
-      if (crashed !== undefined && !broken) await rollback()
+      await rollback()
       // A client that broke or sat in an abandoned transaction is destroyed rather than returned to the pool. Our
       // 'error' listener stays attached until the pool has its own again: a checked-out client that emits 'error'
       // with no listener crashes the process (regression: connection-kill.test.ts).
@@ -423,108 +341,71 @@ export function createEngine(options: EngineOptions): Engine {
     }
   }
 
-  async function released(
-    id: q.RecordId,
-    token: string,
-    attempt: number,
-    reason: 'error' | 'server_error_response' | 'response_too_large',
-    detail: { error?: unknown; response?: StoredResponse },
-  ): Promise<Outcome> {
-    try {
-      await pool.query(plain(q.release(names, id, token)))
-      emit({ type: 'released', attempt, reason, ...id })
-    } catch (error) {
-      // The key stays in progress until its lease runs out; then the next attempt takes over.
-      emit({ type: 'store_error', error, ...id })
-    }
-    return { kind: 'retryable_failure', reason, ...detail }
-  }
-
-  async function completeOutsideTx(
-    id: q.RecordId,
-    token: string,
-    attempt: number,
-    response: StoredResponse,
-    started: number,
-  ): Promise<Outcome> {
-    let rowCount: number | null
-    try {
-      rowCount = (
-        await pool.query(plain(q.complete(names, id, token, 'failed_permanent', response, config.fenced)))
-      ).rowCount
-    } catch (error) {
-      emit({ type: 'store_error', error, ...id })
-      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
-    }
-    if (rowCount !== 1) return fencedOut(id, attempt)
-    emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
-    return { kind: 'executed', response, status: 'failed_permanent', attempt }
-  }
-
-  async function fencedOut(id: q.RecordId, attempt: number): Promise<Outcome> {
-    emit({ type: 'fenced_out', attempt, ...id })
-    let row: q.LookupRow | undefined
+  /** After an attempt lost its key: the record's answer (usually the winner's response), or 409. */
+  async function fencedOut(claim: Claim): Promise<Outcome> {
+    const { id } = claim.request
+    emit({ type: 'fenced_out', attempt: claim.attempt, ...id })
     const sent: Sent = { at: performance.now(), wall: Date.now() }
+    let found: Awaited<ReturnType<ReservationProtocol['inspect']>>
     try {
-      row = (await pool.query<q.LookupRow>(plain(q.lookup(names, id)))).rows[0]
+      found = await protocol.inspect(claim.request)
     } catch (error) {
       emit({ type: 'store_error', error, ...id })
-      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+      return unavailable(error)
     }
-    if (row && (row.status === 'succeeded' || row.status === 'failed_permanent')) {
-      const { response } = remember(id, row, sent)
-      emit({ type: 'replayed', status: response.status, ...id })
-      return { kind: 'replayed', response, fencedOut: true }
+    if (found.kind === 'finished')
+      return answerFinished(id, claim.request.fingerprint, remember(id, found.row, sent), true)
+    if (found.kind === 'mismatch') {
+      emit({ type: 'mismatch', ...id })
+      return { kind: 'mismatch' }
     }
-    const retryAfterMs = row?.lease_remaining_ms || 1_000
+    const retryAfterMs = found.kind === 'busy' ? found.retryAfterMs : 1_000
     emit({ type: 'conflict', retryAfterMs, ...id })
     return { kind: 'in_progress', retryAfterMs, fencedOut: true }
   }
 
-  async function storeFailed(id: q.RecordId, token: string, error: unknown): Promise<Outcome> {
-    emit({ type: 'store_error', error, ...id })
-    await pool.query(plain(q.release(names, id, token))).catch(() => {})
-    return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
+  async function peek(
+    input: Pick<ExecuteInput, 'scope' | 'operation' | 'key' | 'fingerprint'>,
+  ): Promise<Outcome | null> {
+    const id = checkRecordId(input)
+    const cached = cache?.get(id)
+    if (cached) return answerFinished(id, input.fingerprint, cached, false)
+    const sent: Sent = { at: performance.now(), wall: Date.now() }
+    const request: ReserveRequest = {
+      id,
+      fingerprint: input.fingerprint,
+      leaseMs: config.leaseMs,
+      retentionMs: config.retentionMs,
+      requestHeaders: null,
+    }
+    let found: Awaited<ReturnType<ReservationProtocol['inspect']>>
+    try {
+      found = await protocol.inspect(request)
+    } catch (error) {
+      emit({ type: 'store_error', error, ...id })
+      return unavailable(error)
+    }
+    switch (found.kind) {
+      case 'finished':
+        return answerFinished(id, input.fingerprint, remember(id, found.row, sent), false)
+      case 'mismatch':
+        emit({ type: 'mismatch', ...id })
+        return { kind: 'mismatch' }
+      case 'busy':
+        emit({ type: 'conflict', retryAfterMs: found.retryAfterMs, ...id })
+        return { kind: 'in_progress', retryAfterMs: found.retryAfterMs, fencedOut: false }
+      case 'free':
+        return null
+    }
   }
 
-  async function failOpen(input: ExecuteInput): Promise<Outcome> {
-    let client: pg.PoolClient
-    try {
-      client = await pool.connect()
-    } catch (error) {
-      return { kind: 'unavailable', retryAfterMs: config.unavailableRetryAfterMs, error }
-    }
-    let broken: Error | undefined
-    const onClientError = (error: Error) => {
-      broken = error
-    }
-    client.on('error', onClientError)
-    const abort = new LazyAbort()
-    try {
-      await client.query('BEGIN')
-      const raw = await input.handler({
-        tx: client,
-        scope: input.scope,
-        operation: input.operation,
-        key: input.key,
-        attempt: 1,
-        recoveryPoint: null,
-        saveRecoveryPoint: async () => false,
-        stepKey: (step) => stepKeyFor(input.scope, input.operation, input.key, step),
-        get signal() {
-          return abort.signal
-        },
-      })
-      const response = normalizeResponse(raw, config.replayHeaders)
-      await client.query(response.status >= 500 ? 'ROLLBACK' : 'COMMIT')
-      return { kind: 'executed', response, status: 'succeeded', attempt: 1, failedOpen: true }
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {})
-      return { kind: 'retryable_failure', reason: 'error', error }
-    } finally {
-      client.release(broken)
-      client.off('error', onClientError)
-    }
+  async function forget(key: KeyId): Promise<boolean> {
+    const id = checkRecordId(key)
+    cache?.delete(id)
+    const deleted = (await pool.query(q.forget(store.names, id))).rowCount ?? 0
+    // A replay answered from this process's cache between the delete above and now would have come from before it.
+    cache?.delete(id)
+    return deleted > 0
   }
 
   async function reap(reapOptions: ReapOptions = {}): Promise<number> {
@@ -532,7 +413,7 @@ export function createEngine(options: EngineOptions): Engine {
     const maxBatches = positiveInteger('maxBatches', reapOptions.maxBatches ?? 100)
     let total = 0
     for (let batch = 0; batch < maxBatches; batch++) {
-      const deleted = (await pool.query(q.reap(names, batchSize))).rowCount ?? 0
+      const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
       total += deleted
       if (deleted < batchSize) break
     }
@@ -557,13 +438,16 @@ export function createEngine(options: EngineOptions): Engine {
 
   return {
     execute,
+    peek,
+    forget,
     reap,
     startReaper,
-    verify: () => verifyStore(options.store),
+    verify: () => verifyStore(store),
     options: {
       leaseMs: config.leaseMs,
       retentionMs: config.retentionMs,
       maxResponseBytes: config.maxResponseBytes,
+      reservation: config.reservation,
     },
   }
 }

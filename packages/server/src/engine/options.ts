@@ -1,5 +1,6 @@
+import type { FaultOptions } from './faults.js'
 import { DEFAULT_REPLAY_HEADERS, FORBIDDEN_REPLAY_HEADERS } from './response.js'
-import type { EngineOptions, ExecuteInput } from './types.js'
+import type { EngineOptions, ExecuteInput, KeyId } from './types.js'
 
 export function positiveInteger(option: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
@@ -17,7 +18,7 @@ export interface ResolvedOptions {
   fenced: boolean
   reservation: 'row' | 'lock'
   /** Bounds of the replay cache, or null when it is off. */
-  replayCache: { maxEntries: number; maxBytes: number } | null
+  replayCache: { maxEntries: number; maxBytes: number; maxAgeMs: number } | null
 }
 
 function resolveReplayCache(
@@ -30,8 +31,9 @@ function resolveReplayCache(
   }
   const maxEntries = positiveInteger('replayCache.maxEntries', value?.maxEntries ?? 10_000)
   const maxBytes = positiveInteger('replayCache.maxBytes', value?.maxBytes ?? 16_777_216)
+  const maxAgeMs = positiveInteger('replayCache.maxAgeMs', value?.maxAgeMs ?? 60_000)
   // Without fencing a finished record can be overwritten (that is what the chaos run must catch): cache nothing.
-  return fenced ? { maxEntries, maxBytes } : null
+  return fenced ? { maxEntries, maxBytes, maxAgeMs } : null
 }
 
 function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = ''): void {
@@ -42,9 +44,16 @@ function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = '
   }
 }
 
-export function resolveOptions(options: EngineOptions): ResolvedOptions {
+export function resolveOptions(options: EngineOptions, faults: FaultOptions = {}): ResolvedOptions {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
+  for (const name of ['hooks', 'unsafe'] as const) {
+    if (name in options) {
+      throw new TypeError(
+        `\`${name}\` is not an option of createEngine(): fault injection is for tests, through createEngineForTesting() from '@oncely/server/testing'.`,
+      )
+    }
+  }
   if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
   const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
   const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 86_400_000)
@@ -60,7 +69,7 @@ export function resolveOptions(options: EngineOptions): ResolvedOptions {
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new TypeError('Expected `onEvent` to be a function.')
   }
-  const fenced = options.unsafe?.disableFencing !== true
+  const fenced = faults.unsafe?.disableFencing !== true
   const reservation = options.reservation ?? 'row'
   if (reservation !== 'row' && reservation !== 'lock') {
     throw new TypeError(`Expected \`reservation\` to be 'row' or 'lock', got ${JSON.stringify(reservation)}.`)
@@ -80,16 +89,23 @@ export function resolveOptions(options: EngineOptions): ResolvedOptions {
   }
 }
 
-export function checkInput(
-  input: ExecuteInput,
-  defaults: ResolvedOptions,
-): { leaseMs: number; retentionMs: number } {
+/** Checks the strings that name a key record (and the fingerprint, when given) and returns the record's id. */
+export function checkRecordId(input: KeyId & { fingerprint?: string }): KeyId {
   if (typeof input !== 'object' || input === null) throw new TypeError('Expected `input` to be an object.')
   for (const name of ['scope', 'operation', 'key', 'fingerprint'] as const) {
+    if (name === 'fingerprint' && !('fingerprint' in input)) continue
     if (typeof input[name] !== 'string' || input[name].length === 0) {
       throw new TypeError(`Expected \`${name}\` to be a non-empty string.`)
     }
   }
+  return { scope: input.scope, operation: input.operation, key: input.key }
+}
+
+export function checkInput(
+  input: ExecuteInput,
+  defaults: ResolvedOptions,
+): { leaseMs: number; retentionMs: number } {
+  checkRecordId(input)
   if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
   if (input.wait !== undefined) positiveInteger('wait.timeoutMs', input.wait?.timeoutMs)
   const leaseMs = input.leaseMs === undefined ? defaults.leaseMs : positiveInteger('leaseMs', input.leaseMs)

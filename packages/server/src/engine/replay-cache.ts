@@ -8,6 +8,12 @@ export interface ReplayCacheOptions {
   maxEntries?: number
   /** Approximate bytes held (bodies, headers, ids). @default 16_777_216 (16 MiB) */
   maxBytes?: number
+  /**
+   * The longest an entry answers, whatever the record's expiry: how long a record deleted outside this process
+   * (`engine.forget()` on another instance, or by hand) can still be replayed here.
+   * @default 60_000
+   */
+  maxAgeMs?: number
 }
 
 interface Entry {
@@ -45,11 +51,13 @@ export class ReplayCache {
   #newest: Entry | undefined
   readonly #maxEntries: number
   readonly #maxBytes: number
+  readonly #maxAgeMs: number
   #bytes = 0
 
-  constructor(maxEntries: number, maxBytes: number) {
-    this.#maxEntries = maxEntries
-    this.#maxBytes = maxBytes
+  constructor(bounds: Required<ReplayCacheOptions>) {
+    this.#maxEntries = bounds.maxEntries
+    this.#maxBytes = bounds.maxBytes
+    this.#maxAgeMs = bounds.maxAgeMs
   }
 
   /** The number of entries held (expired ones included until touched or evicted). */
@@ -87,7 +95,7 @@ export class ReplayCache {
     let bytes = key.length + fingerprint.length + response.body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)
     if (bytes > this.#maxBytes) return
-    const lifetime = expiresInMs * CLOCK_RATE_MARGIN
+    const lifetime = Math.min(expiresInMs * CLOCK_RATE_MARGIN, this.#maxAgeMs)
     const previous = this.#entries.get(key)
     if (previous) this.#remove(previous)
     const entry: Entry = {
@@ -106,6 +114,12 @@ export class ReplayCache {
     while (this.#oldest && (this.#entries.size > this.#maxEntries || this.#bytes > this.#maxBytes)) {
       this.#remove(this.#oldest)
     }
+  }
+
+  /** Forgets a record (it was deleted). */
+  delete(id: RecordId): void {
+    const entry = this.#entries.get(idOf(id))
+    if (entry) this.#remove(entry)
   }
 
   #append(entry: Entry): void {

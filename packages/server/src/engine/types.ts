@@ -49,12 +49,22 @@ export interface ExecutionContext {
    * await stripe.charges.create(params, { idempotencyKey: ctx.stepKey('charge') })
    */
   stepKey(step: string): string
-  /** Aborted when the engine gives up on this attempt (a hook threw, or the transaction broke). */
+  /** Aborted when the engine gives up on this attempt (the transaction broke, or the attempt was abandoned). */
   signal: AbortSignal
 }
 
 /** How a thrown error is treated. */
 export type ErrorClass = 'retryable' | 'permanent'
+
+/** Names one key record. */
+export interface KeyId {
+  /** Who the key belongs to (a tenant or user id, from authentication). */
+  scope: string
+  /** What is being done, such as `POST /v1/payments`. */
+  operation: string
+  /** The client's idempotency key. */
+  key: string
+}
 
 /** One idempotent execution. */
 export interface ExecuteInput {
@@ -144,40 +154,15 @@ export type EngineEvent =
   | (EventBase & { type: 'released'; attempt: number; reason: string })
   | { type: 'store_error'; error: unknown; scope?: string; operation?: string; key?: string }
 
-/** Where fault injection may interrupt an execution. */
-export interface EngineHookContext {
-  scope: string
-  operation: string
-  key: string
-  attempt: number
-  /** The business transaction, open (absent in `afterReserve` and `afterCommit`). */
-  tx?: pg.PoolClient
-}
-
-/**
- * Test-only interruption points for fault injection and chaos testing. A hook that throws simulates a crash at that
- * point: the engine abandons the attempt (the transaction rolls back, the key keeps its lease until it runs out)
- * and `execute` rejects with the error. A hook that awaits simulates a pause.
- */
-export interface EngineHooks {
-  /**
-   * After the reservation committed, before the business transaction begins. With `reservation: 'lock'`: after the
-   * lock was taken, inside the business transaction (`tx` is set, and the connection is held while it runs).
-   */
-  afterReserve?: (ctx: EngineHookContext) => Promise<void> | void
-  /** After the handler returned and the response was checked, before the fenced completion and COMMIT. */
-  beforeCommit?: (ctx: EngineHookContext) => Promise<void> | void
-  /** After COMMIT, before `execute` returns (so before any byte is sent). */
-  afterCommit?: (ctx: EngineHookContext) => Promise<void> | void
-}
-
 /** Options of {@link createEngine}. */
 export interface EngineOptions {
   /** Where key records live: `postgresStore({ pool })`. */
   store: PostgresStore
   /**
-   * How long a reservation is exclusive. A duplicate gets 409 during the lease; after it, the next attempt takes
-   * over (the earlier one can then no longer complete: its completion is fenced). Set it above the handler's p99.
+   * How long an attempt keeps its key without progress. Under `'row'`, a duplicate gets 409 during the lease and
+   * after it the next attempt takes over (the earlier one can then no longer complete: its completion is fenced).
+   * Under both protocols, a business transaction idle for this long is ended by Postgres. Set it above the
+   * handler's p99, and above the longest wait between two of its statements (an external call, for example).
    * @default 30_000
    */
   leaseMs?: number
@@ -208,29 +193,33 @@ export interface EngineOptions {
    * An in-process LRU of finished responses (succeeded or failed_permanent), so a replay or a 422 on a key this
    * process has seen costs no database round trip. Safe with many instances: a finished record cannot change until
    * it expires, and an entry is evicted conservatively before the record's `expires_at` (its remaining lifetime is
-   * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). Only
-   * records deleted or edited by hand before they expire would be answered from a stale entry: use `false` if you
-   * do that. Off when `unsafe.disableFencing` is set.
-   * @default { maxEntries: 10_000, maxBytes: 16_777_216 }
+   * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). A record
+   * deleted with `engine.forget()` leaves this process's cache at once; one deleted or edited by hand (or forgotten
+   * through another instance) is answered from an entry for at most `maxAgeMs`.
+   * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000 }
    * @example
-   * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024 } })
+   * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024, maxAgeMs: 10_000 } })
    */
   replayCache?: ReplayCacheOptions | false
   /**
-   * How a new key is reserved.
+   * How a new key is reserved. Both protocols give the same guarantees (one execution per key, the record committed
+   * with the business writes, a fenced completion, replay, 422 before 409); they differ in what a request costs and
+   * in what an attempt in flight leaves behind.
    *
    * - `'row'`: the key row is committed as `in_progress` (with a lease) before the business transaction, and
    *   completed in it, fenced on a lock token. Duplicates get 409 with the remaining lease as `Retry-After`; an
-   *   attempt that stalls past its lease is taken over and can no longer commit; `saveRecoveryPoint` (and so
-   *   `@oncely/server/steps`) works. Two commits per new key, one of them without a WAL flush.
+   *   attempt that stalls or crashes holds the key until its lease runs out, then the next attempt takes over and
+   *   the earlier one can no longer commit. Two commits per new key, one of them without a WAL flush.
    * - `'lock'`: a transaction-scoped advisory lock on the key, taken in the business transaction's first round
    *   trip, and the finished record written by one fenced upsert sent with the `COMMIT`: one commit and three
-   *   round trips per new key, like the bare transaction. Duplicates get 409 (`Retry-After` one second); an attempt
-   *   holds the key exactly as long as its transaction, so a crash frees it at once, but a stalled attempt holds it
-   *   until Postgres ends its transaction (bound it with `idle_in_transaction_session_timeout`). No record exists
-   *   until the commit, so `saveRecoveryPoint` rejects and `ctx.attempt` counts only attempts that left a record.
+   *   round trips per new key, like the bare transaction. Duplicates get 409 (`Retry-After` one second). A crash
+   *   frees the key at once; an attempt that stops while alive loses it once its transaction sat idle for `leaseMs`
+   *   (Postgres ends it). Nothing is written for the key before the commit, except by `saveRecoveryPoint`, whose
+   *   first call writes the row protocol's leased row; `ctx.attempt` counts only attempts that left a record.
    *
-   * Both modes can share a table (during a switch from one to the other): each fences against the other's writes.
+   * Under both, the business transaction may sit idle (between statements) for at most `leaseMs`: Postgres then ends
+   * it (`idle_in_transaction_session_timeout`), so an attempt that stopped cannot keep locks or commit late. Both
+   * protocols can share a table (during a switch from one to the other): each fences against the other's writes.
    * @default 'row'
    * @example
    * createEngine({ store, reservation: 'lock' })
@@ -238,13 +227,6 @@ export interface EngineOptions {
   reservation?: 'row' | 'lock'
   /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */
   onEvent?: (event: EngineEvent) => void
-  /** Fault-injection points for tests and chaos runs. Do not use in production code paths. */
-  hooks?: EngineHooks
-  /**
-   * TEST ONLY. Breaks the guarantees on purpose so a chaos checker can prove it detects duplicates.
-   * `disableFencing: true` lets a completion ignore the lock token, so a paused attempt commits after a takeover.
-   */
-  unsafe?: { disableFencing?: boolean }
 }
 
 /** Options of {@link Engine.reap}. */
@@ -265,6 +247,27 @@ export interface ReaperOptions extends ReapOptions {
 export interface Engine {
   /** Runs `input.handler` at most once per (scope, operation, key), or answers from the record. Never throws for store errors. */
   execute(input: ExecuteInput): Promise<Outcome>
+  /**
+   * What `execute` would answer for this request right now, without running anything or reserving the key:
+   * `replayed` or `mismatch` for a finished record, `mismatch` or `in_progress` while another attempt holds the key,
+   * `unavailable` when the store fails, and `null` when the key is free (an `execute` would run the handler). Emits
+   * the events `execute` would for the same answer.
+   *
+   * @example
+   * const outcome = await engine.peek({ scope, operation: 'POST /v1/payments', key, fingerprint })
+   * if (outcome?.kind === 'replayed') return outcome.response // finished: answer without touching the handler
+   */
+  peek(input: Pick<ExecuteInput, 'scope' | 'operation' | 'key' | 'fingerprint'>): Promise<Outcome | null>
+  /**
+   * Deletes a key record whatever its state, so the key is new again: the next request with it runs the handler.
+   * For operators (to let a customer retry after a fix). This process forgets it at once; other instances answer
+   * from their replay cache for at most `replayCache.maxAgeMs`. Resolves whether a record was deleted; rejects when
+   * the store fails. An attempt running under the key when it is forgotten is fenced out and rolled back.
+   *
+   * @example
+   * await engine.forget({ scope: 'tenant_1', operation: 'POST /v1/payments', key: 'order-17' })
+   */
+  forget(id: KeyId): Promise<boolean>
   /** Deletes expired rows in bounded batches; returns how many. Safe with several instances at once. */
   reap(options?: ReapOptions): Promise<number>
   /** Starts a periodic `reap()`; call the returned function to stop it. The timer does not keep the process alive. */
@@ -279,5 +282,7 @@ export interface Engine {
    */
   verify(): Promise<void>
   /** The resolved options. */
-  readonly options: Readonly<Required<Pick<EngineOptions, 'leaseMs' | 'retentionMs' | 'maxResponseBytes'>>>
+  readonly options: Readonly<
+    Required<Pick<EngineOptions, 'leaseMs' | 'retentionMs' | 'maxResponseBytes' | 'reservation'>>
+  >
 }

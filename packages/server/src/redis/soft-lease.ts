@@ -3,6 +3,7 @@ import { canonicalJson } from '@oncely/protocol'
 import type { Redis } from 'ioredis'
 import { positiveInteger } from '../engine/options.js'
 import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
+import { boundedWait } from '../engine/wait.js'
 
 /** Options of {@link withSoftLease}. */
 export interface SoftLeaseOptions {
@@ -35,8 +36,6 @@ const ACQUIRE = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) the
 return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}`
 // Delete only our own lease: a lease that ran out and was taken by another request must stay.
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
@@ -105,8 +104,7 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
     const key = leaseKey(input)
     const token = randomUUID()
     const value = JSON.stringify({ t: token, f: input.fingerprint })
-    const deadline = input.wait ? Date.now() + input.wait.timeoutMs : 0
-    let pollMs = 25
+    const waited = boundedWait(input.wait?.timeoutMs)
     for (;;) {
       let state: Acquired
       try {
@@ -125,11 +123,7 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
       }
       // Another fingerprint, or a lease about to lapse: Postgres gives the authoritative answer.
       if (state.fingerprint !== input.fingerprint || state.pttl <= 0) return engine.execute(input)
-      if (Date.now() + pollMs < deadline) {
-        await sleep(pollMs)
-        pollMs = Math.min(pollMs * 2, 500)
-        continue
-      }
+      if (await waited()) continue
       if (input.wait) return engine.execute({ ...input, wait: undefined })
       return { kind: 'in_progress', retryAfterMs: state.pttl, fencedOut: false }
     }

@@ -1,17 +1,20 @@
-// The statements of the `reservation: 'lock'` protocol (see engine/lock-mode.ts): a transaction-scoped advisory
+// The statements of the `reservation: 'lock'` protocol (see lock-reservation.ts): a transaction-scoped advisory
 // lock on the key, the key's row read after it, and the finished record written as one fenced upsert just before
 // COMMIT. Each is an SQL-level prepared statement so it can travel in one simple-protocol message with BEGIN or
 // COMMIT (arguments as literals), and a protocol-level one for large bodies and for `preparedStatements: false`.
 import type { TableNames } from './identifiers.js'
 import {
   FENCE_MARKER,
+  KEEP_RECOVERY_POINT,
   LOOKUP_COLUMNS,
   type LookupRow,
+  leaseGuard,
   literal,
   ms,
   PK,
   type Query,
   type RecordId,
+  replaceRow,
   type SqlStatement,
   sqlStatement,
   statement,
@@ -22,6 +25,9 @@ import {
  * and key (length-prefixed, so no two triples share a text), transaction-scoped, so it ends with the business
  * transaction whatever happens to the process. A collision of two in-flight keys only answers one of them 409.
  *
+ * The same statement arms the lease guard ({@link leaseGuard}, the lease in milliseconds as `$4`): the
+ * transaction, and so the lock, cannot outlive a holder that stopped while alive by more than the lease.
+ *
  * The row is read with the statement's snapshot, taken just before the lock is granted. So a holder that commits
  * and lets go of the lock in between can be missed: this attempt then runs, and its finishing upsert, fenced on
  * "no row", fails and rolls back, and the attempt answers with the holder's response. Correct, and cheaper on every
@@ -30,7 +36,7 @@ import {
 function lockAndLookupText(names: TableNames): string {
   const namespace = literal(`${names.qualified}|`)
   return `SELECT pg_try_advisory_xact_lock(hashtextextended(${namespace} || length($1) || ':' || $1 || '|' ||
-  length($2) || ':' || $2 || '|' || $3, 0)) AS locked, e.*
+  length($2) || ':' || $2 || '|' || $3, 0)) AS locked, ${leaseGuard('$4')} AS lease_guard, e.*
 FROM (SELECT 1) AS one LEFT JOIN (
   SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
   FROM ${names.qualified} WHERE ${PK}
@@ -48,20 +54,22 @@ export interface LockedLookupRow extends LookupRow {
   version: string
 }
 
-/** `BEGIN; EXECUTE lock_and_lookup(...)`: one round trip. */
+/** `BEGIN; EXECUTE lock_and_lookup(...)`: one round trip; the statement's row is the second result. */
 export function beginLockAndLookup(
   names: TableNames,
   id: RecordId,
+  leaseMs: number,
 ): { statement: SqlStatement; text: string } {
-  const statement = sqlStatement(names, 'lock', '(text, text, text)', () => lockAndLookupText(names))
-  const args = [id.scope, id.operation, id.key].map(literal).join(', ')
+  if (!Number.isSafeInteger(leaseMs)) throw new TypeError('Expected `leaseMs` to be an integer.')
+  const statement = sqlStatement(names, 'lock', '(text, text, text, text)', () => lockAndLookupText(names))
+  const args = [id.scope, id.operation, id.key, String(leaseMs)].map(literal).join(', ')
   return { statement, text: `BEGIN; EXECUTE ${statement.name}(${args})` }
 }
 
 /** The same statement with parameters, for `preparedStatements: false` (sent after a plain BEGIN). */
-export function lockAndLookupQuery(names: TableNames, id: RecordId): Query {
+export function lockAndLookupQuery(names: TableNames, id: RecordId, leaseMs: number): Query {
   const { text } = statement(names, 'lock', () => lockAndLookupText(names))
-  return { text, values: [id.scope, id.operation, id.key] }
+  return { text, values: [id.scope, id.operation, id.key, String(leaseMs)] }
 }
 
 /** What the finishing upsert stores. */
@@ -107,19 +115,11 @@ function finishText(names: TableNames, fenced: boolean): string {
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
 ON CONFLICT (scope, operation, key) DO UPDATE SET
-  status = CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${literal(` ${FENCE_MARKER}`)})::int::text END,
-  fingerprint = excluded.fingerprint,
-  lock_token = NULL,
-  locked_until = NULL,
-  request_headers = excluded.request_headers,
-  response_status = excluded.response_status,
-  response_headers = excluded.response_headers,
-  response_body = excluded.response_body,
-  updated_at = now(),
-  attempts = excluded.attempts,
-  recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at ELSE k.expires_at END`
+  ${replaceRow({
+    status: `CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${literal(` ${FENCE_MARKER}`)})::int::text END`,
+    attempts: 'excluded.attempts',
+    recoveryPoint: KEEP_RECOVERY_POINT,
+  })}`
 }
 
 const FINISH_TYPES =
@@ -213,18 +213,7 @@ export function saveRecoveryPoint(names: TableNames, id: RecordId, save: LockedR
 VALUES ($1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $7::jsonb, $8, $9, now(), now(),
   now() + ${ms('$10')})
 ON CONFLICT (scope, operation, key) DO UPDATE SET
-  status = 'in_progress',
-  fingerprint = excluded.fingerprint,
-  lock_token = excluded.lock_token,
-  locked_until = excluded.locked_until,
-  request_headers = excluded.request_headers,
-  recovery_point = excluded.recovery_point,
-  response_status = NULL, response_headers = NULL, response_body = NULL,
-  attempts = excluded.attempts,
-  updated_at = now(),
-  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
-                    ELSE greatest(k.expires_at, excluded.locked_until) END
+  ${replaceRow({ status: 'excluded.status', attempts: 'excluded.attempts', recoveryPoint: 'excluded.recovery_point' })}
 WHERE ${ours('$11', '$12', '$5')}`,
     values: [
       id.scope,

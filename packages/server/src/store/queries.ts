@@ -56,74 +56,6 @@ export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expir
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
-/**
- * The reservation, one atomic statement: insert the key, or take over a row that is expired, released after a
- * retryable failure, or whose lease ran out. A row with another fingerprint is only replaced once expired, so a
- * mismatch is always reported.
- *
- * The same round trip also returns the row as the statement's snapshot saw it, and the INSERT is not even attempted
- * when that row is finished, held under a live lease, or has another fingerprint. So a replay, a 409 and a 422 cost
- * one statement and take no row lock (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is false,
- * which would serialize every replay of a key). When the snapshot is stale, the ON CONFLICT clause decides on the
- * latest row version, and the caller re-reads.
- *
- * It commits with synchronous_commit off (set for this statement's own transaction only), saving a WAL flush per
- * request. That is safe: WAL is flushed in order, so the reservation is durable no later than the business
- * transaction that completes it; if Postgres crashes before, the lost reservation only frees the key, and nothing
- * that depended on it can have committed. A duplicate may have seen it and answered 409, which is retryable.
- */
-export function reserve(
-  names: TableNames,
-  id: RecordId,
-  fingerprint: string,
-  token: string,
-  leaseMs: number,
-  retentionMs: number,
-  requestHeaders: Record<string, string> | null,
-): Query {
-  const t = names.qualified
-  const prepared = statement(
-    names,
-    'reserve',
-    () => `WITH existing AS (
-  SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
-), reserved AS (
-  INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
-    attempts, created_at, updated_at, expires_at)
-  SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
-  WHERE NOT EXISTS (
-    SELECT 1 FROM existing e WHERE NOT e.expired AND (e.fingerprint <> $4
-      OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.lease_remaining_ms > 0))
-  )
-  ON CONFLICT (scope, operation, key) DO UPDATE SET
-    status = 'in_progress',
-    fingerprint = excluded.fingerprint,
-    lock_token = excluded.lock_token,
-    locked_until = excluded.locked_until,
-    request_headers = excluded.request_headers,
-    response_status = NULL, response_headers = NULL, response_body = NULL,
-    updated_at = now(),
-    attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,
-    recovery_point = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END,
-    created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-    expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
-                      ELSE greatest(k.expires_at, excluded.locked_until) END
-  WHERE k.expires_at <= now()
-     OR (k.fingerprint = excluded.fingerprint
-         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
-  RETURNING k.attempts, k.recovery_point,
-    (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
-)
-SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
-  set_config('synchronous_commit', 'off', true) AS async_commit
-FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`,
-  )
-  return {
-    ...prepared,
-    values: [id.scope, id.operation, id.key, fingerprint, token, leaseMs, retentionMs, requestHeaders],
-  }
-}
-
 /** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
 export function literal(value: string): string {
   const quoted = `'${value.replaceAll("'", "''")}'`
@@ -134,44 +66,6 @@ export function literal(value: string): string {
 export interface SqlStatement {
   name: string
   prepare: string
-}
-
-/**
- * The reservation and the business transaction's BEGIN in one round trip, as one simple-protocol message:
- * `BEGIN; EXECUTE reserve(...); COMMIT; BEGIN`. The reservation still commits on its own (with synchronous_commit
- * off) before the business transaction starts; the message only saves the BEGIN's round trip. Its statements run in
- * order and stop at the first error, so a failed reservation never begins the business transaction. A simple
- * message cannot carry parameters, so the reservation is an SQL-level prepared statement (`statement.prepare`, sent
- * on its own once per connection; its plan is reused after that) and its arguments are literals: validated integers,
- * and strings quoted by {@link literal}. The caller ends the open transaction (ROLLBACK) when the key was not
- * reserved.
- */
-export function reserveAndBegin(
-  names: TableNames,
-  id: RecordId,
-  fingerprint: string,
-  token: string,
-  leaseMs: number,
-  retentionMs: number,
-  requestHeaders: Record<string, string> | null,
-): { statement: SqlStatement; text: string } {
-  if (!Number.isSafeInteger(leaseMs) || !Number.isSafeInteger(retentionMs)) {
-    throw new TypeError('Expected `leaseMs` and `retentionMs` to be integers.')
-  }
-  const statement = sqlStatement(
-    names,
-    'reserve',
-    '(text, text, text, text, uuid, float8, float8, jsonb)',
-    () => {
-      return reserve(names, id, fingerprint, token, 1, 2, null).text
-    },
-  )
-  const args = [id.scope, id.operation, id.key, fingerprint, token].map(literal)
-  const headers = requestHeaders === null ? 'NULL' : literal(JSON.stringify(requestHeaders))
-  return {
-    statement,
-    text: `BEGIN; EXECUTE ${statement.name}(${args.join(', ')}, ${leaseMs}, ${retentionMs}, ${headers}); COMMIT; BEGIN`,
-  }
 }
 
 export function sqlStatement(
@@ -187,15 +81,6 @@ export function sqlStatement(
     return { name, prepare: `PREPARE ${name}${types} AS ${text}` }
   })
 }
-
-/** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
-export type ReserveRow = {
-  reserved: boolean
-  attempts: number | null
-  recovery_point: string | null
-  /** Milliseconds from the statement's `now()` until the reserved row expires (null when not reserved). */
-  reserved_expires_in_ms: number | null
-} & (LookupRow | { [K in keyof LookupRow]: null })
 
 /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
 export function lookup(names: TableNames, id: RecordId): Query {
@@ -217,85 +102,65 @@ export interface LookupRow {
   response_body: Buffer | null
 }
 
-/**
- * The fenced completion: stores the response and finishes the key only while this attempt still holds the lease
- * token. Zero rows means another attempt took over. `fenced: false` exists only for the chaos suite's
- * `unsafe.disableFencing`.
- */
-export function complete(
-  names: TableNames,
-  id: RecordId,
-  token: string,
-  status: 'succeeded' | 'failed_permanent',
-  response: { status: number; headers: Record<string, string>; body: Buffer },
-  fenced = true,
-): Query {
-  const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
-  return {
-    ...statement(
-      names,
-      fenced ? 'complete' : 'complete_unfenced',
-      () => `UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
-  response_body = $8, locked_until = NULL, updated_at = now()
-WHERE ${PK}${fence}`,
-    ),
-    values: [id.scope, id.operation, id.key, token, status, response.status, response.headers, response.body],
-  }
-}
-
-/**
- * The fenced completion and COMMIT as one simple-protocol message: `EXECUTE complete(...); COMMIT`. When the
- * completion matches no row (another attempt took over), the statement fails on purpose with {@link FENCE_MARKER}
- * (a cast the planner cannot fold), which stops the message before its COMMIT; the caller rolls back. The body
- * travels as a hex literal, so this is for small bodies only (see `INLINE_BODY_BYTES`).
- */
-export function completeAndCommit(
-  names: TableNames,
-  id: RecordId,
-  token: string,
-  status: 'succeeded' | 'failed_permanent',
-  response: { status: number; headers: Record<string, string>; body: Buffer },
-  fenced = true,
-): { statement: SqlStatement; text: string } {
-  if (!Number.isSafeInteger(response.status))
-    throw new TypeError('Expected the response status to be an integer.')
-  const statement = sqlStatement(
-    names,
-    fenced ? 'complete' : 'complete_unfenced',
-    '(text, text, text, uuid, text, integer, jsonb, bytea)',
-    () => `WITH completed AS (
-  ${complete(names, id, token, status, response, fenced).text}
-  RETURNING 1
-)
-SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${literal(FENCE_MARKER)} END)::int AS completed FROM completed`,
-  )
-  const args = [
-    literal(id.scope),
-    literal(id.operation),
-    literal(id.key),
-    literal(token),
-    literal(status),
-    String(response.status),
-    literal(JSON.stringify(response.headers)),
-    `decode('${response.body.toString('hex')}', 'hex')`,
-  ]
-  return { statement, text: `EXECUTE ${statement.name}(${args.join(', ')}); COMMIT` }
-}
+/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
+export const INLINE_BODY_BYTES = 32_768
 
 /**
  * What makes a fenced statement fail when the key record is no longer this attempt's. The statement casts this text
  * to an integer, so the failure is an ordinary error (SQLSTATE 22P02) that stops a multi-statement message before
  * its COMMIT, and names the cause in the server's log.
  */
-/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
-export const INLINE_BODY_BYTES = 32_768
-
 export const FENCE_MARKER = 'oncely: fenced out, the key record changed'
 
 /** True when `error` is a fenced statement failing on purpose (not any other error). */
 export function isFenceError(error: unknown): boolean {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
   return code === '22P02' && typeof message === 'string' && message.includes(FENCE_MARKER)
+}
+
+/**
+ * The SET list of an upsert that makes an existing row `k` into the row its INSERT proposed (`excluded`): the
+ * reservation, the lock protocol's first recovery point and its finished record all replace a row this way, so the
+ * rules live here once. A row that had expired starts over (new `created_at` and expiry); a live one keeps its
+ * history and its first expiry, extended when needed to outlive the new lease. `status`, `attempts` and
+ * `recovery_point` are what differs between the three, as SQL over `k` and `excluded`.
+ */
+export function replaceRow(set: { status: string; attempts: string; recoveryPoint: string }): string {
+  return `status = ${set.status},
+  fingerprint = excluded.fingerprint,
+  lock_token = excluded.lock_token,
+  locked_until = excluded.locked_until,
+  request_headers = excluded.request_headers,
+  response_status = excluded.response_status,
+  response_headers = excluded.response_headers,
+  response_body = excluded.response_body,
+  updated_at = now(),
+  attempts = ${set.attempts},
+  recovery_point = ${set.recoveryPoint},
+  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
+  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
+                    ELSE greatest(k.expires_at, excluded.locked_until) END`
+}
+
+/** A live row keeps the recovery point an earlier attempt saved; an expired one starts without. */
+export const KEEP_RECOVERY_POINT = 'CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END'
+
+/**
+ * Bounds how long the attempt's transaction may sit idle: Postgres ends the session of a holder that stopped while
+ * alive (a paused process, a long GC, a handler hung between statements) once it was idle for the lease, so its
+ * locks are freed and its late COMMIT cannot land. A handler busy in a statement is not idle and keeps its key.
+ * Transaction-local, so the connection goes back to the pool unchanged. A lease of 0 turns the guard off (only for
+ * the unfenced engine that proves the chaos checker sees duplicates).
+ */
+export const leaseGuard = (leaseMs: string) =>
+  `set_config('idle_in_transaction_session_timeout', ${leaseMs}, true)`
+
+/**
+ * True when Postgres ended the session because the transaction sat idle past the lease guard: the attempt's
+ * transaction is gone (rolled back), and with it its hold on the key.
+ */
+export function isLeaseLost(error: unknown): boolean {
+  return (error as { code?: unknown } | undefined)?.code === '25P03'
 }
 
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
@@ -319,6 +184,11 @@ export function saveRecoveryPoint(names: TableNames, id: RecordId, token: string
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
     values: [id.scope, id.operation, id.key, token, point],
   }
+}
+
+/** Deletes a key record whatever its state, so the key is new again (`engine.forget`). */
+export function forget(names: TableNames, id: RecordId): Query {
+  return { text: `DELETE FROM ${names.qualified} WHERE ${PK}`, values: [id.scope, id.operation, id.key] }
 }
 
 /**

@@ -2,7 +2,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
 import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
-import { engineFor, freshKey, setupDatabase, sleep } from '../helpers.js'
+import { engineFor, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -97,129 +97,126 @@ async function untilDone(run: () => Promise<Outcome>): Promise<Outcome[]> {
   return outcomes
 }
 
-// Both reservation protocols: under 'lock', the first recovery point writes the row the row protocol would have.
-for (const reservation of ['row', 'lock'] as const)
-  describe(`steps with recovery points (reservation: '${reservation}')`, () => {
-    for (const crashAfter of ['hold', 'charge', 'ship']) {
-      it(`killed after step "${crashAfter}" resumes there and calls the provider once per step`, async () => {
-        const { engine } = engineFor(db.pool, { reservation })
-        const provider = fakeProvider()
-        const key = freshKey()
-        const handler = paymentFlow(provider, key, { crashAfter })
-        const input: ExecuteInput = { scope: 't', operation: 'POST /pay', key, fingerprint: 'f', handler }
-        const outcomes = await untilDone(() => engine.execute(input))
-        expect(outcomes.map((o) => o.kind)).toEqual(['retryable_failure', 'executed'])
-        expect([...provider.calls.values()]).toEqual([1, 1, 1])
-        expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
-        const done = outcomes[1]
-        const body = done?.kind === 'executed' ? JSON.parse(done.response.body.toString()) : undefined
-        expect(body).toEqual({ amount: 100, holdId: 'hold_1', chargeId: 'charge_2', shipmentId: 'ship_3' })
-        // Step keys are the engine's deterministic ones.
-        const stepKeys = new Set(['hold', 'charge', 'ship'].map((s) => engineStepKey(key, s)))
-        expect(new Set(provider.calls.keys())).toEqual(stepKeys)
-      })
-    }
-
-    it('a crash inside a step (after the provider call, before its commit) re-runs it under the same key: one effect', async () => {
+// Under 'lock', the first recovery point writes the row the row protocol would have.
+describe(`steps with recovery points (reservation: '${reservation}')`, () => {
+  for (const crashAfter of ['hold', 'charge', 'ship']) {
+    it(`killed after step "${crashAfter}" resumes there and calls the provider once per step`, async () => {
       const { engine } = engineFor(db.pool, { reservation })
       const provider = fakeProvider()
       const key = freshKey()
-      const input: ExecuteInput = {
-        scope: 't',
-        operation: 'POST /pay',
-        key,
-        fingerprint: 'f',
-        handler: paymentFlow(provider, key, { crashInside: 'charge' }),
-      }
-      await untilDone(() => engine.execute(input))
-      expect(provider.calls.get(engineStepKey(key, 'charge'))).toBe(2)
-      expect(provider.effects.size).toBe(3)
-      expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
-    })
-
-    it('compensates finished steps in reverse when a later step fails permanently, and stores the failure', async () => {
-      const { engine } = engineFor(db.pool, { reservation })
-      const provider = fakeProvider()
-      const key = freshKey()
-      const compensated: string[] = []
-      const input: ExecuteInput = {
-        scope: 't',
-        operation: 'POST /pay',
-        key,
-        fingerprint: 'f',
-        handler: paymentFlow(provider, key, { declineAt: 'ship', compensated }),
-      }
-      const outcome = await engine.execute(input)
-      expect(outcome).toMatchObject({
-        kind: 'executed',
-        status: 'failed_permanent',
-        response: { status: 402 },
-      })
-      expect(compensated).toEqual(['charge', 'hold'])
-      expect(provider.calls.get(engineStepKey(key, 'charge:compensate'))).toBe(1)
-      expect((await engine.execute(input)).kind).toBe('replayed')
-    })
-
-    it('the completer re-drives an intent abandoned after its steps, once the grace period passed', async () => {
-      const { engine } = engineFor(db.pool, {
-        reservation,
-        leaseMs: 200,
-        hooks: {
-          beforeCommit: ({ key }) => {
-            if (!redriving.has(key)) throw new Error('SIGKILL before the final commit')
-          },
-        },
-      })
-      const redriving = new Set<string>()
-      const provider = fakeProvider()
-      const key = freshKey()
-      const handler = paymentFlow(provider, key)
-      const input: ExecuteInput = {
-        scope: freshKey('scope'),
-        operation: 'POST /pay',
-        key,
-        fingerprint: 'f',
-        handler,
-      }
-      await expect(engine.execute(input)).rejects.toThrow('SIGKILL')
-      const found: AbandonedIntent[] = []
-      const completer = createCompleter({
-        store: postgresStore({ pool: db.pool }),
-        graceMs: 100,
-        redrive: async (intent) => {
-          if (intent.scope !== input.scope) return
-          found.push(intent)
-          redriving.add(intent.key)
-          const outcome = await engine.execute(input)
-          expect(outcome.kind).toBe('executed')
-        },
-      })
-      await completer.runOnce()
-      expect(found).toEqual([]) // the lease has not run out plus the grace period yet
-      await sleep(400)
-      await completer.runOnce()
-      expect(found).toMatchObject([
-        { key, status: 'in_progress', attempts: 1, steps: { step: 'ship', state: { amount: 100 } } },
-      ])
+      const handler = paymentFlow(provider, key, { crashAfter })
+      const input: ExecuteInput = { scope: 't', operation: 'POST /pay', key, fingerprint: 'f', handler }
+      const outcomes = await untilDone(() => engine.execute(input))
+      expect(outcomes.map((o) => o.kind)).toEqual(['retryable_failure', 'executed'])
       expect([...provider.calls.values()]).toEqual([1, 1, 1])
       expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
+      const done = outcomes[1]
+      const body = done?.kind === 'executed' ? JSON.parse(done.response.body.toString()) : undefined
+      expect(body).toEqual({ amount: 100, holdId: 'hold_1', chargeId: 'charge_2', shipmentId: 'ship_3' })
+      // Step keys are the engine's deterministic ones.
+      const stepKeys = new Set(['hold', 'charge', 'ship'].map((s) => engineStepKey(key, s)))
+      expect(new Set(provider.calls.keys())).toEqual(stepKeys)
     })
+  }
 
-    it('names the bad option', () => {
-      expect(() =>
-        steps({
-          pool: db.pool,
-          steps: [
-            { name: 'a', run: () => undefined },
-            { name: 'a', run: () => undefined },
-          ],
-          finish: () => ({}),
-        }),
-      ).toThrow('unique')
-      expect(() => createCompleter({ store: {} as never, redrive: async () => {} })).toThrow(
-        'Expected `store`',
-      )
-    })
+  it('a crash inside a step (after the provider call, before its commit) re-runs it under the same key: one effect', async () => {
+    const { engine } = engineFor(db.pool, { reservation })
+    const provider = fakeProvider()
+    const key = freshKey()
+    const input: ExecuteInput = {
+      scope: 't',
+      operation: 'POST /pay',
+      key,
+      fingerprint: 'f',
+      handler: paymentFlow(provider, key, { crashInside: 'charge' }),
+    }
+    await untilDone(() => engine.execute(input))
+    expect(provider.calls.get(engineStepKey(key, 'charge'))).toBe(2)
+    expect(provider.effects.size).toBe(3)
+    expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
   })
+
+  it('compensates finished steps in reverse when a later step fails permanently, and stores the failure', async () => {
+    const { engine } = engineFor(db.pool, { reservation })
+    const provider = fakeProvider()
+    const key = freshKey()
+    const compensated: string[] = []
+    const input: ExecuteInput = {
+      scope: 't',
+      operation: 'POST /pay',
+      key,
+      fingerprint: 'f',
+      handler: paymentFlow(provider, key, { declineAt: 'ship', compensated }),
+    }
+    const outcome = await engine.execute(input)
+    expect(outcome).toMatchObject({
+      kind: 'executed',
+      status: 'failed_permanent',
+      response: { status: 402 },
+    })
+    expect(compensated).toEqual(['charge', 'hold'])
+    expect(provider.calls.get(engineStepKey(key, 'charge:compensate'))).toBe(1)
+    expect((await engine.execute(input)).kind).toBe('replayed')
+  })
+
+  it('the completer re-drives an intent abandoned after its steps, once the grace period passed', async () => {
+    const { engine } = engineFor(db.pool, {
+      reservation,
+      leaseMs: 200,
+      hooks: {
+        beforeCommit: ({ key }) => {
+          if (!redriving.has(key)) throw new Error('SIGKILL before the final commit')
+        },
+      },
+    })
+    const redriving = new Set<string>()
+    const provider = fakeProvider()
+    const key = freshKey()
+    const handler = paymentFlow(provider, key)
+    const input: ExecuteInput = {
+      scope: freshKey('scope'),
+      operation: 'POST /pay',
+      key,
+      fingerprint: 'f',
+      handler,
+    }
+    await expect(engine.execute(input)).rejects.toThrow('SIGKILL')
+    const found: AbandonedIntent[] = []
+    const completer = createCompleter({
+      store: postgresStore({ pool: db.pool }),
+      graceMs: 100,
+      redrive: async (intent) => {
+        if (intent.scope !== input.scope) return
+        found.push(intent)
+        redriving.add(intent.key)
+        const outcome = await engine.execute(input)
+        expect(outcome.kind).toBe('executed')
+      },
+    })
+    await completer.runOnce()
+    expect(found).toEqual([]) // the lease has not run out plus the grace period yet
+    await sleep(400)
+    await completer.runOnce()
+    expect(found).toMatchObject([
+      { key, status: 'in_progress', attempts: 1, steps: { step: 'ship', state: { amount: 100 } } },
+    ])
+    expect([...provider.calls.values()]).toEqual([1, 1, 1])
+    expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
+  })
+
+  it('names the bad option', () => {
+    expect(() =>
+      steps({
+        pool: db.pool,
+        steps: [
+          { name: 'a', run: () => undefined },
+          { name: 'a', run: () => undefined },
+        ],
+        finish: () => ({}),
+      }),
+    ).toThrow('unique')
+    expect(() => createCompleter({ store: {} as never, redrive: async () => {} })).toThrow('Expected `store`')
+  })
+})
 
 const engineStepKey = (key: string, step: string) => stepKeyFor('t', 'POST /pay', key, step)

@@ -1,0 +1,211 @@
+// The statements of the `reservation: 'row'` protocol (see row-reservation.ts): the key row committed as
+// `in_progress` under a lease before the business transaction, and completed in it, fenced on the lock token.
+import type { TableNames } from './identifiers.js'
+import {
+  FENCE_MARKER,
+  KEEP_RECOVERY_POINT,
+  LOOKUP_COLUMNS,
+  type LookupRow,
+  leaseGuard,
+  literal,
+  ms,
+  PK,
+  type Query,
+  type RecordId,
+  replaceRow,
+  type SqlStatement,
+  sqlStatement,
+  statement,
+} from './queries.js'
+
+/** What the reservation stores about the request. */
+export interface ReserveArgs {
+  fingerprint: string
+  token: string
+  leaseMs: number
+  retentionMs: number
+  requestHeaders: Record<string, string> | null
+  /** The business transaction's idle limit (the lease; 0 for none). */
+  leaseGuardMs: number
+}
+
+/**
+ * The reservation, one atomic statement: insert the key, or take over a row that is expired, released after a
+ * retryable failure, or whose lease ran out. A row with another fingerprint is only replaced once expired, so a
+ * mismatch is always reported.
+ *
+ * The same round trip also returns the row as the statement's snapshot saw it, and the INSERT is not even attempted
+ * when that row is finished, held under a live lease, or has another fingerprint. So a replay, a 409 and a 422 cost
+ * one statement and take no row lock (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is false,
+ * which would serialize every replay of a key). When the snapshot is stale, the ON CONFLICT clause decides on the
+ * latest row version, and the caller re-reads.
+ *
+ * It commits with synchronous_commit off (set for this statement's own transaction only), saving a WAL flush per
+ * request. That is safe: WAL is flushed in order, so the reservation is durable no later than the business
+ * transaction that completes it; if Postgres crashes before, the lost reservation only frees the key, and nothing
+ * that depended on it can have committed. A duplicate may have seen it and answered 409, which is retryable.
+ */
+function reserveText(names: TableNames): string {
+  const t = names.qualified
+  return `WITH existing AS (
+  SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
+), reserved AS (
+  INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
+    attempts, created_at, updated_at, expires_at)
+  SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
+  WHERE NOT EXISTS (
+    SELECT 1 FROM existing e WHERE NOT e.expired AND (e.fingerprint <> $4
+      OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.lease_remaining_ms > 0))
+  )
+  ON CONFLICT (scope, operation, key) DO UPDATE SET
+  ${replaceRow({
+    status: 'excluded.status',
+    attempts: 'CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END',
+    recoveryPoint: KEEP_RECOVERY_POINT,
+  })}
+  WHERE k.expires_at <= now()
+     OR (k.fingerprint = excluded.fingerprint
+         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
+  RETURNING k.attempts, k.recovery_point,
+    (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
+)
+SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
+  set_config('synchronous_commit', 'off', true) AS async_commit
+FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`
+}
+
+/** The reservation with parameters (for `preparedStatements: false`, sent unnamed). */
+export function reserve(names: TableNames, id: RecordId, args: ReserveArgs): Query {
+  return {
+    ...statement(names, 'reserve', () => reserveText(names)),
+    values: [
+      id.scope,
+      id.operation,
+      id.key,
+      args.fingerprint,
+      args.token,
+      args.leaseMs,
+      args.retentionMs,
+      args.requestHeaders,
+    ],
+  }
+}
+
+/** The BEGIN of the business transaction and its lease guard, for when the reservation was sent on its own. */
+export const beginGuarded = (leaseMs: number) => `BEGIN; SELECT ${leaseGuard(literal(String(leaseMs)))}`
+
+/**
+ * The reservation and the business transaction's BEGIN in one round trip, as one simple-protocol message:
+ * `BEGIN; EXECUTE reserve(...); COMMIT; BEGIN; SELECT <lease guard>`. The reservation still commits on its own
+ * (with synchronous_commit off) before the business transaction starts; the message only saves the BEGIN's round
+ * trip. Its statements run in order and stop at the first error, so a failed reservation never begins the business
+ * transaction. A simple message cannot carry parameters, so the reservation is an SQL-level prepared statement
+ * (`statement.prepare`, sent on its own once per connection; its plan is reused after that) and its arguments are
+ * literals: validated integers, and strings quoted by {@link literal}. The reservation's row is the answer's second
+ * result. The caller ends the open transaction (ROLLBACK) when the key was not reserved.
+ */
+export function reserveAndBegin(
+  names: TableNames,
+  id: RecordId,
+  args: ReserveArgs,
+): { statement: SqlStatement; text: string } {
+  const { leaseMs, retentionMs, requestHeaders, leaseGuardMs } = args
+  if (![leaseMs, retentionMs, leaseGuardMs].every(Number.isSafeInteger)) {
+    throw new TypeError('Expected `leaseMs` and `retentionMs` to be integers.')
+  }
+  const statement = sqlStatement(
+    names,
+    'reserve',
+    '(text, text, text, text, uuid, float8, float8, jsonb)',
+    () => reserveText(names),
+  )
+  const values = [id.scope, id.operation, id.key, args.fingerprint, args.token].map(literal)
+  const headers = requestHeaders === null ? 'NULL' : literal(JSON.stringify(requestHeaders))
+  return {
+    statement,
+    text: `BEGIN; EXECUTE ${statement.name}(${values.join(', ')}, ${leaseMs}, ${retentionMs}, ${headers}); COMMIT; ${beginGuarded(leaseGuardMs)}`,
+  }
+}
+
+/** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
+export type ReserveRow = {
+  reserved: boolean
+  attempts: number | null
+  recovery_point: string | null
+  /** Milliseconds from the statement's `now()` until the reserved row expires (null when not reserved). */
+  reserved_expires_in_ms: number | null
+} & (LookupRow | { [K in keyof LookupRow]: null })
+
+/** What the completion stores. */
+export interface CompleteArgs {
+  token: string
+  status: 'succeeded' | 'failed_permanent'
+  response: { status: number; headers: Record<string, string>; body: Buffer }
+}
+
+function completeText(names: TableNames, fenced: boolean): string {
+  const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
+  return `UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
+  response_body = $8, locked_until = NULL, updated_at = now()
+WHERE ${PK}${fence}`
+}
+
+/**
+ * The fenced completion: stores the response and finishes the key only while this attempt still holds the lease
+ * token. Zero rows means another attempt took over. `fenced: false` exists only to prove, in the chaos suite, that
+ * the fence is what prevents duplicates.
+ */
+export function complete(names: TableNames, id: RecordId, args: CompleteArgs, fenced: boolean): Query {
+  const { response } = args
+  return {
+    ...statement(names, fenced ? 'complete' : 'complete_unfenced', () => completeText(names, fenced)),
+    values: [
+      id.scope,
+      id.operation,
+      id.key,
+      args.token,
+      args.status,
+      response.status,
+      response.headers,
+      response.body,
+    ],
+  }
+}
+
+/**
+ * The fenced completion and COMMIT as one simple-protocol message: `EXECUTE complete(...); COMMIT`. When the
+ * completion matches no row (another attempt took over), the statement fails on purpose with {@link FENCE_MARKER}
+ * (a cast the planner cannot fold), which stops the message before its COMMIT; the caller rolls back. The body
+ * travels as a hex literal, so this is for small bodies only (see `INLINE_BODY_BYTES`).
+ */
+export function completeAndCommit(
+  names: TableNames,
+  id: RecordId,
+  args: CompleteArgs,
+  fenced: boolean,
+): { statement: SqlStatement; text: string } {
+  const { response } = args
+  if (!Number.isSafeInteger(response.status))
+    throw new TypeError('Expected the response status to be an integer.')
+  const statement = sqlStatement(
+    names,
+    fenced ? 'complete' : 'complete_unfenced',
+    '(text, text, text, uuid, text, integer, jsonb, bytea)',
+    () => `WITH completed AS (
+  ${completeText(names, fenced)}
+  RETURNING 1
+)
+SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${literal(FENCE_MARKER)} END)::int AS completed FROM completed`,
+  )
+  const values = [
+    literal(id.scope),
+    literal(id.operation),
+    literal(id.key),
+    literal(args.token),
+    literal(args.status),
+    String(response.status),
+    literal(JSON.stringify(response.headers)),
+    `decode('${response.body.toString('hex')}', 'hex')`,
+  ]
+  return { statement, text: `EXECUTE ${statement.name}(${values.join(', ')}); COMMIT` }
+}

@@ -1,0 +1,293 @@
+// What the two reservation protocols do differently, and that both can share one table (during a switch from one
+// to the other) because each fences against the other's writes. Everything they share is engine.test.ts, which
+// runs under each.
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import {
+  createEngine,
+  type ExecuteInput,
+  type ExecutionContext,
+  type HandlerResponse,
+  postgresStore,
+} from '../src/index.js'
+import { engineFor, fingerprintOf, freshKey, paymentsFor, setupDatabase, sleep } from './helpers.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await setupDatabase('protocols')
+})
+afterAll(() => db.drop())
+
+const op = 'POST /v1/payments'
+type Options = Parameters<typeof engineFor>[1]
+const rowEngine = (options: Options = {}) => engineFor(db.pool, { reservation: 'row', ...options })
+const lockEngine = (options: Options = {}) => engineFor(db.pool, { reservation: 'lock', ...options })
+
+function pay(cart: string, body: unknown = undefined) {
+  return async (ctx: ExecutionContext): Promise<HandlerResponse> => {
+    const { rows } = await ctx.tx.query(
+      'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id',
+      [ctx.scope, cart],
+    )
+    return {
+      status: 201,
+      headers: { location: `/v1/payments/${rows[0].id}` },
+      body: body ?? { id: rows[0].id },
+    }
+  }
+}
+
+function gate() {
+  let open!: () => void
+  const opened = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  return { opened, open }
+}
+
+const input = (key: string, extra: Partial<ExecuteInput> = {}): ExecuteInput => ({
+  scope: 'protocols',
+  operation: op,
+  key,
+  fingerprint: fingerprintOf({ key }),
+  handler: pay(key),
+  ...extra,
+})
+
+const record = async (key: string) =>
+  (await db.pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]
+
+describe("reservation: 'row'", () => {
+  it('commits an in_progress row under a lease measured on the database clock before the handler runs', async () => {
+    const { engine } = rowEngine({ leaseMs: 7_000 })
+    const key = freshKey()
+    const { opened, open } = gate()
+    const running = engine.execute(
+      input(key, {
+        handler: async () => {
+          await opened
+          return { status: 200 }
+        },
+      }),
+    )
+    await sleep(100)
+    const { rows } = await db.pool.query(
+      `SELECT status, lock_token, extract(epoch FROM locked_until - updated_at) * 1000 AS lease
+       FROM oncely.idempotency_keys WHERE key = $1`,
+      [key],
+    )
+    expect(rows[0].status).toBe('in_progress')
+    expect(Number(rows[0].lease)).toBe(7_000)
+    expect(rows[0].lock_token).toMatch(/^[0-9a-f-]{36}$/)
+    open()
+    await running
+  })
+
+  it('with unsafe.disableFencing a paused attempt commits after its takeover (so a checker can see duplicates)', async () => {
+    const key = freshKey()
+    const paused = gate()
+    const reachedCommit = gate()
+    const unsafe = rowEngine({
+      leaseMs: 200,
+      unsafe: { disableFencing: true },
+      hooks: {
+        beforeCommit: async () => {
+          reachedCommit.open()
+          await paused.opened
+        },
+      },
+    })
+    const original = unsafe.engine.execute(input(key, { handler: pay(key) }))
+    await reachedCommit.opened
+    await sleep(250)
+    await rowEngine({ leaseMs: 200 }).engine.execute(input(key, { handler: pay(key) }))
+    paused.open()
+    expect((await original).kind).toBe('executed')
+    expect(await paymentsFor(db.pool, key)).toBe(2)
+  })
+})
+
+describe("reservation: 'lock'", () => {
+  it('writes nothing for the key until the commit, then the finished record with the business write', async () => {
+    const { engine, events } = lockEngine({ replayCache: false })
+    const key = freshKey()
+    let during: unknown = 'not read'
+    const first = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          during = await record(key)
+          return pay(key)(ctx)
+        },
+      }),
+    )
+    expect(during).toBeUndefined()
+    expect(first).toMatchObject({ kind: 'executed', status: 'succeeded', attempt: 1 })
+    expect(await record(key)).toMatchObject({
+      status: 'succeeded',
+      attempts: 1,
+      response_status: 201,
+      lock_token: null,
+    })
+    expect(await engine.execute(input(key))).toMatchObject({ kind: 'replayed', fencedOut: false })
+    expect(events.map((e) => e.type)).toEqual(['reserved', 'executed', 'replayed'])
+  })
+
+  it('writes a leased row on the first recovery point, so a crash after it is taken over like in the row protocol', async () => {
+    const crash = new Error('simulated crash before the commit')
+    const { engine: crashing } = lockEngine({
+      leaseMs: 300,
+      retentionMs: 60_000,
+      hooks: {
+        beforeCommit: () => {
+          throw crash
+        },
+      },
+    })
+    const key = freshKey()
+    const charged = async (ctx: ExecutionContext) => {
+      expect(await ctx.saveRecoveryPoint('charged')).toBe(true)
+      return pay(key)(ctx)
+    }
+    await expect(crashing.execute(input(key, { handler: charged }))).rejects.toBe(crash)
+    const saved = await record(key)
+    expect(saved).toMatchObject({ status: 'in_progress', recovery_point: 'charged', attempts: 1 })
+    expect(saved.lock_token).not.toBeNull()
+
+    const { engine, events } = lockEngine({ leaseMs: 300, retentionMs: 60_000 })
+    const duplicate = await engine.execute(input(key))
+    expect(duplicate).toMatchObject({ kind: 'in_progress' })
+    if (duplicate.kind === 'in_progress') expect(duplicate.retryAfterMs).toBeLessThanOrEqual(300)
+    await sleep(350)
+    let seenPoint: string | null = null
+    const takeover = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          seenPoint = ctx.recoveryPoint
+          return pay(key)(ctx)
+        },
+      }),
+    )
+    expect(takeover).toMatchObject({ kind: 'executed', attempt: 2 })
+    expect(seenPoint).toBe('charged')
+    expect(events.some((e) => e.type === 'takeover')).toBe(true)
+    expect(await paymentsFor(db.pool, key)).toBe(1)
+  })
+
+  it('releases its recovery-point row after a retryable failure, and stores a permanent one on it', async () => {
+    const { engine } = lockEngine({ replayCache: false })
+    const key = freshKey()
+    const retry = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await ctx.saveRecoveryPoint('one')
+          throw new Error('downstream timeout')
+        },
+      }),
+    )
+    expect(retry).toMatchObject({ kind: 'retryable_failure' })
+    expect(await record(key)).toMatchObject({ status: 'failed_retryable', recovery_point: 'one' })
+    const declined = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          expect(ctx.recoveryPoint).toBe('one')
+          await ctx.saveRecoveryPoint('two')
+          throw Object.assign(new Error('card declined'), { statusCode: 402 })
+        },
+      }),
+    )
+    expect(declined).toMatchObject({ kind: 'executed', status: 'failed_permanent', attempt: 2 })
+    expect(await record(key)).toMatchObject({ status: 'failed_permanent', attempts: 2, lock_token: null })
+  })
+
+  it('checks the option', () => {
+    expect(() =>
+      createEngine({ store: postgresStore({ pool: db.pool }), reservation: 'locks' as never }),
+    ).toThrow(/`reservation` to be 'row' or 'lock', got "locks"/)
+  })
+})
+
+describe('both protocols on one table', () => {
+  it('the lock protocol takes over an abandoned row-protocol reservation, and fences the late original', async () => {
+    const { opened, open } = gate()
+    const reached = gate()
+    const { engine: original } = rowEngine({ leaseMs: 200, retentionMs: 60_000 })
+    const key = freshKey()
+    const late = original.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await ctx.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 7)', [
+            ctx.scope,
+            key,
+          ])
+          reached.open()
+          await opened
+          return { status: 201, body: { by: 'original' } }
+        },
+      }),
+    )
+    await reached.opened
+    const { engine } = lockEngine()
+    expect(await engine.execute(input(key))).toMatchObject({ kind: 'in_progress' })
+    await sleep(300)
+    const takeover = await engine.execute(input(key, { handler: pay(key, { by: 'takeover' }) }))
+    expect(takeover).toMatchObject({ kind: 'executed', attempt: 2 })
+    open()
+    const answer = await late
+    expect(answer).toMatchObject({ kind: 'replayed', fencedOut: true })
+    if (answer.kind === 'replayed')
+      expect(JSON.parse(answer.response.body.toString())).toEqual({ by: 'takeover' })
+    const { rows } = await db.pool.query('SELECT amount FROM payments WHERE cart = $1', [key])
+    expect(rows.map((r) => r.amount)).toEqual([100])
+  })
+
+  it('a lock-protocol attempt is fenced out by a row-protocol reservation made while it ran', async () => {
+    const { opened, open } = gate()
+    const reached = gate()
+    const { engine, events } = lockEngine()
+    const key = freshKey()
+    const locked = engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await pay(key, { by: 'lock' })(ctx)
+          reached.open()
+          await opened
+          return { status: 201, body: { by: 'lock' } }
+        },
+      }),
+    )
+    await reached.opened
+    // The row protocol does not take the advisory lock: it reserves and completes on its own.
+    expect(await rowEngine().engine.execute(input(key, { handler: pay(key, { by: 'row' }) }))).toMatchObject({
+      kind: 'executed',
+    })
+    open()
+    const outcome = await locked
+    expect(outcome).toMatchObject({ kind: 'replayed', fencedOut: true })
+    if (outcome.kind === 'replayed')
+      expect(JSON.parse(outcome.response.body.toString())).toEqual({ by: 'row' })
+    expect(events.some((e) => e.type === 'fenced_out')).toBe(true)
+    expect(await paymentsFor(db.pool, key)).toBe(1)
+  })
+
+  it('with unsafe.disableFencing, the same race commits twice (the fence is what prevents it)', async () => {
+    const { opened, open } = gate()
+    const reached = gate()
+    const { engine } = lockEngine({ unsafe: { disableFencing: true } })
+    const key = freshKey()
+    const locked = engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await pay(key)(ctx)
+          reached.open()
+          await opened
+          return { status: 201, body: { by: 'lock' } }
+        },
+      }),
+    )
+    await reached.opened
+    await rowEngine().engine.execute(input(key))
+    open()
+    expect(await locked).toMatchObject({ kind: 'executed' })
+    expect(await paymentsFor(db.pool, key)).toBe(2)
+  })
+})
