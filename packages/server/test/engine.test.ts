@@ -8,7 +8,6 @@ import {
   createEngine,
   type ExecuteInput,
   type ExecutionContext,
-  type HandlerResponse,
   insertOrExisting,
   postgresStore,
 } from '../src/index.js'
@@ -16,7 +15,11 @@ import {
   engineFor,
   fingerprintOf,
   freshKey,
+  gate,
+  keyRecord,
+  pay,
   paymentsFor,
+  payRequest,
   reservation,
   setupDatabase,
   sleep,
@@ -31,41 +34,9 @@ afterAll(() => db.drop())
 const op = 'POST /v1/payments'
 const row = reservation === 'row'
 
-/** A handler that inserts one payment for `cart` and answers 201 with its id. */
-function pay(cart: string, body?: unknown) {
-  return async (ctx: ExecutionContext): Promise<HandlerResponse> => {
-    const { rows } = await ctx.tx.query(
-      'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id',
-      [ctx.scope, cart],
-    )
-    return {
-      status: 201,
-      headers: { location: `/v1/payments/${rows[0].id}` },
-      body: body ?? { id: rows[0].id },
-    }
-  }
-}
+const input = (key: string, extra: Partial<ExecuteInput> = {}) => payRequest('tenant', key, extra)
 
-/** One request for `key`, paying for the cart named after the key unless `extra` says otherwise. */
-const input = (key: string, extra: Partial<ExecuteInput> = {}): ExecuteInput => ({
-  scope: 'tenant',
-  operation: op,
-  key,
-  fingerprint: fingerprintOf({ key }),
-  handler: pay(key),
-  ...extra,
-})
-
-function deferred() {
-  let resolve!: () => void
-  const promise = new Promise<void>((r) => {
-    resolve = r
-  })
-  return { promise, resolve }
-}
-
-const record = async (key: string) =>
-  (await db.pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]
+const record = (key: string) => keyRecord(db.pool, key)
 
 describe('1. the record', () => {
   it('stores fingerprint, status, response, attempts and times in one row per (scope, operation, key), in the commit of the business write', async () => {
@@ -159,12 +130,12 @@ describe('4. fingerprint', () => {
   it('never runs another request under a key in use, and answers it mismatch once the first finished', async () => {
     const { engine, events } = engineFor(db.pool)
     const key = freshKey()
-    const release = deferred()
+    const release = gate()
     const first = engine.execute(
       input(key, {
         fingerprint: fingerprintOf({ amount: 1 }),
         handler: async () => {
-          await release.promise
+          await release.opened
           return { status: 201, body: 'secret response' }
         },
       }),
@@ -174,7 +145,7 @@ describe('4. fingerprint', () => {
     // The row protocol committed the first request's row, so it can say mismatch at once; the lock protocol has
     // nothing committed yet and says 409, which a client retries into the mismatch.
     expect(await engine.execute(other)).toMatchObject({ kind: row ? 'mismatch' : 'in_progress' })
-    release.resolve()
+    release.open()
     await first
     expect(await engine.execute(other)).toEqual({ kind: 'mismatch' })
     expect(events.filter((e) => e.type === 'mismatch').length).toBeGreaterThanOrEqual(1)
@@ -203,12 +174,12 @@ describe('6. in flight', () => {
   it('answers in_progress promptly, without queueing behind the first', async () => {
     const { engine, events } = engineFor(db.pool, { leaseMs: 10_000 })
     const key = freshKey()
-    const release = deferred()
+    const release = gate()
     const first = engine.execute(
       input(key, {
         handler: async (ctx) => {
           const result = await pay(key)(ctx) // holds row locks in the open transaction
-          await release.promise
+          await release.opened
           return result
         },
       }),
@@ -222,7 +193,7 @@ describe('6. in flight', () => {
     else expect(second.retryAfterMs).toBe(1_000)
     expect(second.retryAfterMs).toBeLessThanOrEqual(10_000)
     expect(events.some((e) => e.type === 'conflict')).toBe(true)
-    release.resolve()
+    release.open()
     expect((await first).kind).toBe('executed')
   })
 
@@ -231,11 +202,11 @@ describe('6. in flight', () => {
     const done = freshKey()
     const busy = freshKey()
     await engine.execute(input(done))
-    const release = deferred()
+    const release = gate()
     const first = engine.execute(
       input(busy, {
         handler: async () => {
-          await release.promise
+          await release.opened
           return { status: 201 }
         },
       }),
@@ -256,7 +227,7 @@ describe('6. in flight', () => {
     } finally {
       await locker.query('ROLLBACK')
       locker.release()
-      release.resolve()
+      release.open()
       await first
     }
   })
@@ -309,25 +280,25 @@ describe('7. crashes and pauses', () => {
 
   it('ends an attempt paused past its lease: its writes roll back and it answers with the winner', async () => {
     const key = freshKey()
-    const paused = deferred()
-    const reachedCommit = deferred()
+    const paused = gate()
+    const reachedCommit = gate()
     const slow = engineFor(db.pool, {
       leaseMs: 200,
       hooks: {
         beforeCommit: async () => {
-          reachedCommit.resolve()
-          await paused.promise
+          reachedCommit.open()
+          await paused.opened
         },
       },
     })
     const original = slow.engine.execute(input(key, { handler: pay(`${key}-1`) }))
-    await reachedCommit.promise
+    await reachedCommit.opened
     await sleep(250)
     const { engine } = engineFor(db.pool, { leaseMs: 200 })
     const winner = await engine.execute(input(key, { handler: pay(`${key}-2`), wait: { timeoutMs: 5_000 } }))
     // Under the lock protocol the paused attempt's transaction was ended by Postgres and left no record behind.
     expect(winner).toMatchObject({ kind: 'executed', attempt: row ? 2 : 1 })
-    paused.resolve()
+    paused.open()
     const late = await original
     expect(late).toMatchObject({ kind: 'replayed', fencedOut: true })
     if (late.kind !== 'replayed' || winner.kind !== 'executed') return
@@ -532,18 +503,18 @@ describe('10. peek and forget', () => {
     const key = freshKey()
     expect(await engine.peek(input(key))).toBeNull()
     expect(await record(key)).toBeUndefined()
-    const release = deferred()
+    const release = gate()
     const first = engine.execute(
       input(key, {
         handler: async (ctx) => {
-          await release.promise
+          await release.opened
           return pay(key)(ctx)
         },
       }),
     )
     await sleep(50)
     expect(await engine.peek(input(key))).toMatchObject({ kind: 'in_progress' })
-    release.resolve()
+    release.open()
     const done = await first
     const peeked = await engine.peek(input(key))
     expect(peeked).toMatchObject({ kind: 'replayed', fencedOut: false })

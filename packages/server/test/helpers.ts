@@ -1,7 +1,14 @@
 import { requestFingerprint } from '@oncely/protocol'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import type pg from 'pg'
-import { type EngineEvent, migrate, postgresStore } from '../src/index.js'
+import {
+  type EngineEvent,
+  type ExecuteInput,
+  type ExecutionContext,
+  type HandlerResponse,
+  migrate,
+  postgresStore,
+} from '../src/index.js'
 import { createEngineForTesting, type TestingEngineOptions } from '../src/testing/index.js'
 
 /**
@@ -59,3 +66,42 @@ let counter = 0
 /** A key no other test uses. */
 export const freshKey = (label = 'k') =>
   `${label}-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`
+
+/** A handler that books one payment for `cart` in the idempotency transaction and answers 201 (with `body`). */
+export function pay(cart: string, body?: unknown) {
+  return async (ctx: ExecutionContext): Promise<HandlerResponse> => {
+    const { rows } = await ctx.tx.query(
+      'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id',
+      [ctx.scope, cart],
+    )
+    return {
+      status: 201,
+      headers: { location: `/v1/payments/${rows[0].id}` },
+      body: body ?? { id: rows[0].id },
+    }
+  }
+}
+
+/** One request for `key` in `scope`, paying for the cart named after the key unless `extra` says otherwise. */
+export const payRequest = (scope: string, key: string, extra: Partial<ExecuteInput> = {}): ExecuteInput => ({
+  scope,
+  operation: 'POST /v1/payments',
+  key,
+  fingerprint: fingerprintOf({ key }),
+  handler: pay(key),
+  ...extra,
+})
+
+/** A promise a test opens when it chooses. */
+export function gate() {
+  let open!: () => void
+  const opened = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  return { opened, open }
+}
+
+/** The key record of `key` (in the default table), or undefined. */
+export async function keyRecord(pool: pg.Pool, key: string) {
+  return (await pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]
+}

@@ -3,14 +3,18 @@
 // runs under each.
 import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, type ExecuteInput, type ExecutionContext, postgresStore } from '../src/index.js'
 import {
-  createEngine,
-  type ExecuteInput,
-  type ExecutionContext,
-  type HandlerResponse,
-  postgresStore,
-} from '../src/index.js'
-import { engineFor, fingerprintOf, freshKey, paymentsFor, setupDatabase, sleep } from './helpers.js'
+  engineFor,
+  freshKey,
+  gate,
+  keyRecord,
+  pay,
+  paymentsFor,
+  payRequest,
+  setupDatabase,
+  sleep,
+} from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -18,44 +22,13 @@ beforeAll(async () => {
 })
 afterAll(() => db.drop())
 
-const op = 'POST /v1/payments'
 type Options = Parameters<typeof engineFor>[1]
 const rowEngine = (options: Options = {}) => engineFor(db.pool, { reservation: 'row', ...options })
 const lockEngine = (options: Options = {}) => engineFor(db.pool, { reservation: 'lock', ...options })
 
-function pay(cart: string, body: unknown = undefined) {
-  return async (ctx: ExecutionContext): Promise<HandlerResponse> => {
-    const { rows } = await ctx.tx.query(
-      'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100) RETURNING id',
-      [ctx.scope, cart],
-    )
-    return {
-      status: 201,
-      headers: { location: `/v1/payments/${rows[0].id}` },
-      body: body ?? { id: rows[0].id },
-    }
-  }
-}
+const input = (key: string, extra: Partial<ExecuteInput> = {}) => payRequest('protocols', key, extra)
 
-function gate() {
-  let open!: () => void
-  const opened = new Promise<void>((resolve) => {
-    open = resolve
-  })
-  return { opened, open }
-}
-
-const input = (key: string, extra: Partial<ExecuteInput> = {}): ExecuteInput => ({
-  scope: 'protocols',
-  operation: op,
-  key,
-  fingerprint: fingerprintOf({ key }),
-  handler: pay(key),
-  ...extra,
-})
-
-const record = async (key: string) =>
-  (await db.pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]
+const record = (key: string) => keyRecord(db.pool, key)
 
 describe("reservation: 'row'", () => {
   it('commits an in_progress row under a lease measured on the database clock before the handler runs', async () => {
