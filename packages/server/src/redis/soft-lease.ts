@@ -7,7 +7,11 @@ import { boundedWait } from '../engine/wait.js'
 
 /** Options of {@link withSoftLease}. */
 export interface SoftLeaseOptions {
-  /** An ioredis client. Prefer `enableOfflineQueue: false` so commands fail fast while Redis is down. */
+  /**
+   * An ioredis client. Prefer `enableOfflineQueue: false` so commands fail fast while Redis is down. The soft lease
+   * waits (up to `timeoutMs`) for a client that is still connecting, connects one created with `lazyConnect`, and
+   * adds an `'error'` listener that reports through `onError` (so ioredis never prints unhandled error events).
+   */
   redis: Redis
   /**
    * Lease lifetime. Set it above the handler's p99 (like the engine's `leaseMs`); a lease that runs out early only
@@ -25,9 +29,16 @@ export interface SoftLeaseOptions {
   onRedisError?: 'fall-through' | 'fail-closed'
   /** A Redis call slower than this counts as a failure (and falls through or fails closed). @default 250 */
   timeoutMs?: number
+  /**
+   * After a Redis failure, how long to leave Redis alone (answering as `onRedisError` says without calling it), so a
+   * Redis that is down or unreachable costs one timeout per period instead of one per request. Then one request
+   * tries Redis again.
+   * @default 5_000
+   */
+  breakerMs?: number
   /** `retryAfterMs` advised when failing closed. @default 1_000 */
   unavailableRetryAfterMs?: number
-  /** Receives Redis failures (the request continues per `onRedisError`). Must not throw. */
+  /** Receives Redis failures (the request continues per `onRedisError`), once per failure period. Must not throw. */
   onError?: (error: unknown) => void
 }
 
@@ -37,23 +48,36 @@ return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}`
 // Delete only our own lease: a lease that ran out and was taken by another request must stay.
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 
+// A live holder reserves the key in Postgres within its first milliseconds: a younger lease whose key Postgres says
+// is free is trusted (its holder is about to reserve), an older one is stale (its holder died before committing).
+const STALE_LEASE_AGE_MS = 1_000
+
+/** Thrown when Redis does not answer in time. */
+class RedisTimeout extends Error {
+  override name = 'RedisTimeoutError'
+}
+
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`Redis did not answer within ${ms} ms.`)), ms)
+    timer = setTimeout(() => reject(new RedisTimeout(`Redis did not answer within ${ms} ms.`)), ms)
   })
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
 
 /**
- * Puts a Redis soft lease in front of an engine (seed 000, layer 2): the first request for a key takes
- * `SET NX PX` with a random token, and duplicates arriving while it runs get `in_progress` (with the lease's
- * remaining time as `retryAfterMs`) without touching Postgres. A duplicate with another fingerprint goes on to
- * Postgres, which answers `mismatch` (so "422 before 409" holds). The lease is never authoritative: the engine's
- * reservation still decides, so a lost, expired or evicted lease costs one database round trip, not a duplicate.
+ * Puts a Redis soft lease in front of an engine: the first request for a key takes `SET NX PX` with a random
+ * token, and duplicates arriving while it runs get `in_progress` (with the lease's remaining time as
+ * `retryAfterMs`) without reserving anything in Postgres. A duplicate with another fingerprint goes on to Postgres,
+ * which answers `mismatch`. The lease is never authoritative: before answering `in_progress` the record is checked
+ * (`engine.peek`, answered from the replay cache when this process finished the key), so a lease left behind by a
+ * process that died after its commit still replays at once, and one left by a process that died before it is
+ * taken over by Postgres's reservation. A lost, expired or evicted lease costs a database round trip, never a
+ * duplicate.
  *
  * @example
- * const engine = withSoftLease(createEngine({ store }), { redis: new Redis({ enableOfflineQueue: false }) })
+ * const redis = new Redis(process.env.REDIS_URL, { enableOfflineQueue: false })
+ * const engine = withSoftLease(createEngine({ store }), { redis, onError: (e) => log.warn(e) })
  */
 export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine {
   if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
@@ -63,12 +87,16 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
   if (typeof redis?.eval !== 'function') throw new TypeError('Expected `redis` to be an ioredis client.')
   const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? engine.options.leaseMs)
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? 250)
+  const breakerMs = positiveInteger('breakerMs', options.breakerMs ?? 5_000)
   const retryAfterMs = positiveInteger('unavailableRetryAfterMs', options.unavailableRetryAfterMs ?? 1_000)
   const prefix = options.prefix ?? 'oncely:lease:'
   if (typeof prefix !== 'string') throw new TypeError('Expected `prefix` to be a string.')
   const onRedisError = options.onRedisError ?? 'fall-through'
   if (onRedisError !== 'fall-through' && onRedisError !== 'fail-closed') {
     throw new TypeError("Expected `onRedisError` to be 'fall-through' or 'fail-closed'.")
+  }
+  if (options.onError !== undefined && typeof options.onError !== 'function') {
+    throw new TypeError('Expected `onError` to be a function.')
   }
   const report = (error: unknown) => {
     try {
@@ -77,6 +105,62 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
       // An observer must not change the outcome.
     }
   }
+
+  // The circuit breaker: after a failure Redis is left alone until `openUntil`; then one request probes it.
+  let openUntil = 0
+  let probing = false
+  const fail = (error: unknown) => {
+    if (Date.now() >= openUntil) report(error) // once per failure period, not once per request
+    openUntil = Date.now() + breakerMs
+  }
+  // Connection errors arrive as events too: they open the breaker (without a listener ioredis would print them).
+  redis.on('error', fail)
+
+  /** Resolves when the client is ready, or rejects after `timeoutMs` (shared by every request that waits). */
+  let ready: Promise<void> | undefined
+  function whenReady(): Promise<void> {
+    if (redis.status === 'ready') return Promise.resolve()
+    if (redis.status === 'wait') redis.connect().catch(fail) // created with lazyConnect
+    ready ??= withTimeout(
+      new Promise<void>((resolve, reject) => {
+        const onReady = () => {
+          redis.off('end', onEnd)
+          resolve()
+        }
+        const onEnd = () => {
+          redis.off('ready', onReady)
+          reject(new Error('The Redis connection ended.'))
+        }
+        redis.once('ready', onReady)
+        redis.once('end', onEnd)
+      }),
+      timeoutMs,
+    ).finally(() => {
+      ready = undefined
+    })
+    return ready
+  }
+
+  /** Runs a Redis call through the breaker; undefined when Redis is left alone or failed. */
+  async function call<T>(run: () => Promise<T>): Promise<T | undefined> {
+    if (Date.now() < openUntil) return undefined
+    if (openUntil !== 0) {
+      if (probing) return undefined
+      probing = true
+    }
+    try {
+      await whenReady()
+      const result = await withTimeout(run(), timeoutMs)
+      openUntil = 0
+      return result
+    } catch (error) {
+      fail(error)
+      return undefined
+    } finally {
+      probing = false
+    }
+  }
+
   const leaseKey = (input: ExecuteInput) =>
     prefix +
     createHash('sha256')
@@ -84,12 +168,11 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
       .digest('hex')
 
   type Acquired = { acquired: true } | { acquired: false; fingerprint: string | undefined; pttl: number }
-  async function acquire(key: string, value: string): Promise<Acquired> {
-    const reply = (await withTimeout(redis.eval(ACQUIRE, 1, key, value, ttlMs), timeoutMs)) as [
-      number,
-      string | null,
-      number,
-    ]
+  async function acquire(key: string, value: string): Promise<Acquired | undefined> {
+    const reply = (await call(() => redis.eval(ACQUIRE, 1, key, value, ttlMs))) as
+      | [number, string | null, number]
+      | undefined
+    if (!reply) return undefined
     if (reply[0] === 1) return { acquired: true }
     let fingerprint: string | undefined
     try {
@@ -102,28 +185,30 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
 
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const key = leaseKey(input)
-    const token = randomUUID()
-    const value = JSON.stringify({ t: token, f: input.fingerprint })
+    const value = JSON.stringify({ t: randomUUID(), f: input.fingerprint })
     const waited = boundedWait(input.wait?.timeoutMs)
     for (;;) {
-      let state: Acquired
-      try {
-        state = await acquire(key, value)
-      } catch (error) {
-        report(error)
-        if (onRedisError === 'fail-closed') return { kind: 'unavailable', retryAfterMs, error }
+      const state = await acquire(key, value)
+      if (!state) {
+        if (onRedisError === 'fail-closed')
+          return { kind: 'unavailable', retryAfterMs, error: new Error('Redis is unavailable.') }
         return engine.execute(input)
       }
       if (state.acquired) {
         try {
           return await engine.execute(input)
         } finally {
-          await withTimeout(redis.eval(RELEASE, 1, key, value), timeoutMs).catch(report)
+          await call(() => redis.eval(RELEASE, 1, key, value))
         }
       }
       // Another fingerprint, or a lease about to lapse: Postgres gives the authoritative answer.
       if (state.fingerprint !== input.fingerprint || state.pttl <= 0) return engine.execute(input)
       if (await waited()) continue
+      // The lease says busy; the record may know better (finished, or nobody holds the key any more).
+      const recorded = await engine.peek(input)
+      if (recorded === null) {
+        if (ttlMs - state.pttl >= STALE_LEASE_AGE_MS) return engine.execute({ ...input, wait: undefined })
+      } else if (recorded.kind !== 'in_progress' && recorded.kind !== 'unavailable') return recorded
       if (input.wait) return engine.execute({ ...input, wait: undefined })
       return { kind: 'in_progress', retryAfterMs: state.pttl, fencedOut: false }
     }

@@ -1,4 +1,6 @@
+import { createHash } from 'node:crypto'
 import net from 'node:net'
+import { canonicalJson } from '@oncely/protocol'
 import type { TestDatabase } from '@oncely/test-support'
 import { optionalService } from '@oncely/test-support'
 import { Redis } from 'ioredis'
@@ -29,6 +31,35 @@ function counting(engine: Engine) {
         counter.calls++
         return engine.execute(input)
       },
+    },
+  }
+}
+
+/** The Redis key of a request's lease (as the soft lease names it), to plant a stale one. */
+const leaseKeyOf = (prefix: string, input: ExecuteInput) =>
+  prefix +
+  createHash('sha256')
+    .update(canonicalJson([input.scope, input.operation, input.key]))
+    .digest('hex')
+
+/** A loopback server that accepts connections and never answers: a Redis that is reachable but hung. */
+async function blackHole() {
+  let bytes = 0
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((socket) => {
+    sockets.add(socket)
+    socket.on('data', (chunk) => {
+      bytes += chunk.length
+    })
+    socket.on('error', () => {})
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    received: () => bytes,
+    close() {
+      for (const socket of sockets) socket.destroy()
+      server.close()
     },
   }
 }
@@ -178,11 +209,138 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     viaProxy.disconnect()
   })
 
+  it('serves duplicates from a client still connecting (no lazyConnect, offline queue off): one reservation', async () => {
+    const fresh = new Redis(service.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+    const errors: unknown[] = []
+    try {
+      const { engine: inner } = engineFor(db.pool)
+      const { counter, engine } = counting(inner)
+      const leased = withSoftLease(engine, {
+        redis: fresh,
+        prefix: `${freshKey('t')}:`,
+        timeoutMs: 5_000,
+        onError: (e) => errors.push(e),
+      })
+      const tenant = freshKey('tenant')
+      const key = freshKey()
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, () => leased.execute(pay(tenant, key, 100, 200))),
+      )
+      expect(errors).toEqual([])
+      expect(counter.calls).toBe(1)
+      expect(outcomes.filter((o) => o.kind === 'executed')).toHaveLength(1)
+      expect(await countPayments(db.pool, tenant)).toBe(1)
+    } finally {
+      fresh.disconnect()
+    }
+  })
+
+  it('connects a client created with lazyConnect that nobody connected', async () => {
+    const lazy = new Redis(service.url, { enableOfflineQueue: false, lazyConnect: true })
+    try {
+      const { engine: inner } = engineFor(db.pool)
+      const { counter, engine } = counting(inner)
+      const leased = withSoftLease(engine, { redis: lazy, prefix: `${freshKey('t')}:`, timeoutMs: 5_000 })
+      const tenant = freshKey('tenant')
+      const key = freshKey()
+      await Promise.all(Array.from({ length: 10 }, () => leased.execute(pay(tenant, key, 100, 200))))
+      expect(lazy.status).toBe('ready')
+      expect(counter.calls).toBe(1)
+    } finally {
+      lazy.disconnect()
+    }
+  })
+
+  it('leaves a hung Redis alone once it timed out (circuit breaker): one timeout and one report per period', async () => {
+    const hole = await blackHole()
+    const hung = new Redis({
+      port: hole.port,
+      host: '127.0.0.1',
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+    })
+    try {
+      const errors: unknown[] = []
+      const { engine: inner } = engineFor(db.pool)
+      const { counter, engine } = counting(inner)
+      const leased = withSoftLease(engine, {
+        redis: hung,
+        timeoutMs: 100,
+        breakerMs: 60_000,
+        onError: (e) => errors.push(e),
+      })
+      const tenant = freshKey('tenant')
+      expect((await leased.execute(pay(tenant, freshKey()))).kind).toBe('executed') // pays the timeout, falls through
+      const sentAfterFirst = hole.received()
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, () => leased.execute(pay(tenant, freshKey()))),
+      )
+      expect(outcomes.every((o) => o.kind === 'executed')).toBe(true)
+      expect(counter.calls).toBe(21)
+      // Nothing more was sent to the hung Redis, and the failure was reported once.
+      expect(hole.received()).toBe(sentAfterFirst)
+      expect(errors).toHaveLength(1)
+      const closed = withSoftLease(engine, {
+        redis: hung,
+        timeoutMs: 100,
+        breakerMs: 60_000,
+        onRedisError: 'fail-closed',
+      })
+      expect((await closed.execute(pay(tenant, freshKey()))).kind).toBe('unavailable')
+    } finally {
+      hung.disconnect()
+      hole.close()
+    }
+  })
+
+  it('replays a finished key at once even when a lease from a process that died after its commit remains', async () => {
+    const { engine } = engineFor(db.pool)
+    const prefix = `${freshKey('t')}:`
+    const leased = withSoftLease(engine, { redis, prefix })
+    const request = pay(freshKey('tenant'), freshKey())
+    expect((await engine.execute(request)).kind).toBe('executed')
+    // The dead holder's lease: its value names the same request, and it has most of its lifetime left.
+    await redis.set(
+      leaseKeyOf(prefix, request),
+      JSON.stringify({ t: 'dead', f: request.fingerprint }),
+      'PX',
+      30_000,
+    )
+    expect(await leased.execute(request)).toMatchObject({ kind: 'replayed' })
+  })
+
+  it('takes over from a stale lease whose holder died before its commit, and trusts a young one', async () => {
+    const { engine: inner } = engineFor(db.pool)
+    const { counter, engine } = counting(inner)
+    const prefix = `${freshKey('t')}:`
+    const ttlMs = 30_000
+    const leased = withSoftLease(engine, { redis, prefix, ttlMs })
+    const young = pay(freshKey('tenant'), freshKey())
+    await redis.set(
+      leaseKeyOf(prefix, young),
+      JSON.stringify({ t: 'live', f: young.fingerprint }),
+      'PX',
+      ttlMs,
+    )
+    expect(await leased.execute(young)).toMatchObject({ kind: 'in_progress' })
+    expect(counter.calls).toBe(0)
+    const stale = pay(freshKey('tenant'), freshKey())
+    await redis.set(
+      leaseKeyOf(prefix, stale),
+      JSON.stringify({ t: 'dead', f: stale.fingerprint }),
+      'PX',
+      ttlMs - 5_000,
+    )
+    expect(await leased.execute(stale)).toMatchObject({ kind: 'executed' })
+    expect(await countPayments(db.pool, stale.scope)).toBe(1)
+  })
+
   it('names the bad option', () => {
     const { engine } = engineFor(db.pool)
     expect(() => withSoftLease(engine, { redis, ttlMs: -5 })).toThrow('Expected `ttlMs`')
     expect(() => withSoftLease(engine, { redis, onRedisError: 'maybe' as 'fail-closed' })).toThrow(
       'onRedisError',
     )
+    expect(() => withSoftLease(engine, { redis, breakerMs: 0 })).toThrow('Expected `breakerMs`')
   })
 })
