@@ -87,6 +87,20 @@ describe('replay cache', () => {
     expect(again).toMatchObject({ kind: 'executed', attempt: 1 })
   })
 
+  it('answers a record deleted behind its back for at most maxAgeMs; forget() on this instance evicts at once', async () => {
+    const writer = engineFor(db.pool, { replayCache: { maxAgeMs: 400 } }).engine
+    const other = engineFor(db.pool, { replayCache: { maxAgeMs: 400 } }).engine
+    const key = freshKey()
+    await writer.execute(input(key))
+    await other.execute(input(key)) // learns the record
+    expect(await writer.forget({ scope: 'cache', operation: op, key })).toBe(true)
+    // The instance that forgot runs the key again; the other still answers from its entry, until maxAgeMs.
+    expect(await writer.peek(input(key))).toBeNull()
+    expect(await checkoutsOf(() => other.execute(input(key)))).toBe(0)
+    await sleep(450)
+    expect(await other.peek(input(key))).toBeNull()
+  })
+
   it('is bounded by maxEntries (least recently used out first)', async () => {
     const { engine } = engineFor(db.pool, { replayCache: { maxEntries: 2 } })
     const [a, b, c] = [freshKey(), freshKey(), freshKey()]
