@@ -30,13 +30,20 @@ export interface ExecutionContext {
   scope: string
   operation: string
   key: string
-  /** 1 for the first execution of this key, then 2, 3, ... after a retryable failure or a takeover. */
+  /**
+   * 1 for the first execution of this key, then 2, 3, ... after a retryable failure or a takeover. Under
+   * `reservation: 'lock'` it counts attempts that left a record: one that failed before saving a recovery point
+   * left none, so the next is numbered the same.
+   */
   attempt: number
   /** The last point saved with {@link ExecutionContext.saveRecoveryPoint} by an earlier attempt, else `null`. */
   recoveryPoint: string | null
   /**
    * Saves a recovery point, committed at once and outside the business transaction, so a later attempt knows how
    * far an earlier one got (for example past an external call). Resolves `false` when this attempt was fenced out.
+   * Under `reservation: 'lock'`, the first save also writes the key's row as `in_progress` under a lease, so from
+   * then on a crash leaves the key held until the lease runs out (the next attempt then takes over with the point),
+   * as under `'row'`.
    * With `tx` (a client in a transaction of your own, not `ctx.tx`), the save runs on it and commits or rolls back
    * with that transaction's writes: an atomic phase (see `@oncely/server/steps`).
    */
