@@ -1,24 +1,46 @@
+import { existsSync } from 'node:fs'
 import { defineConfig, mergeConfig } from 'vitest/config'
 import shared from '../../vitest.shared.ts'
+
+const PROTOCOLS = ['row', 'lock'] as const
 
 // Every file runs once per reservation protocol (test/helpers.ts reads ONCELY_TEST_RESERVATION), so the engine's
 // contract suite and every adapter's tests hold for both. Files that pick their protocols themselves, or do not
 // depend on one, run once.
 const onePass = ['test/protocols.test.ts', 'test/migrations.test.ts', 'test/layers/optional-deps.test.ts']
 
+// The engine's contract suite runs a second time per protocol through a real PgBouncer in transaction mode
+// (test/pgbouncer-setup.ts), as production Postgres is usually reached. CI installs pgbouncer; elsewhere these
+// projects are left out when it is missing.
+const throughPooler = ['test/engine.test.ts']
+const withPooler =
+  Boolean(process.env.CI) ||
+  [process.env.PGBOUNCER_PATH, '/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].some((p) => p && existsSync(p))
+
 export default mergeConfig(
   shared,
   defineConfig({
     test: {
-      projects: (['row', 'lock'] as const).map((reservation) => ({
-        extends: true,
-        test: {
-          name: reservation,
-          include: ['test/**/*.test.ts'],
-          exclude: reservation === 'row' ? [] : onePass,
-          env: { ONCELY_TEST_RESERVATION: reservation },
-        },
-      })),
+      projects: [
+        ...PROTOCOLS.map((reservation) => ({
+          extends: true as const,
+          test: {
+            name: reservation,
+            include: ['test/**/*.test.ts'],
+            exclude: reservation === 'row' ? [] : onePass,
+            env: { ONCELY_TEST_RESERVATION: reservation },
+          },
+        })),
+        ...(withPooler ? PROTOCOLS : []).map((reservation) => ({
+          extends: true as const,
+          test: {
+            name: `${reservation} via pgbouncer`,
+            include: throughPooler,
+            globalSetup: ['test/pgbouncer-setup.ts'],
+            env: { ONCELY_TEST_RESERVATION: reservation, ONCELY_TEST_POOLER: 'pgbouncer' },
+          },
+        })),
+      ],
     },
   }),
 )

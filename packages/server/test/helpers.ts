@@ -1,6 +1,7 @@
 import { requestFingerprint } from '@oncely/protocol'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
-import type pg from 'pg'
+import pg from 'pg'
+import { inject } from 'vitest'
 import {
   type EngineEvent,
   type ExecuteInput,
@@ -18,11 +19,35 @@ import { createEngineForTesting, type TestingEngineOptions } from '../src/testin
 export const reservation: 'row' | 'lock' = process.env.ONCELY_TEST_RESERVATION === 'lock' ? 'lock' : 'row'
 
 /**
+ * True when this run reaches Postgres through PgBouncer in transaction mode (vitest.config.ts): the pools of
+ * {@link setupDatabase} then connect through it, and the engines of {@link engineFor} send unnamed statements, as
+ * the server README tells users behind such a pooler to configure them.
+ */
+export const pooled = process.env.ONCELY_TEST_POOLER === 'pgbouncer'
+
+/**
  * A fresh database with the oncely table, a `payments` business table with no unique constraint (so a duplicate
  * execution shows up as a second row instead of being masked), and `orders` with a natural key for the backstop.
  */
 export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = {}): Promise<TestDatabase> {
-  const db = await createTestDatabase(label, { max: 20, ...poolOptions })
+  const direct = await createTestDatabase(label, { max: 20, ...poolOptions })
+  let db = direct
+  if (pooled) {
+    const url = new URL(direct.url)
+    url.port = String(inject('pgbouncerPort'))
+    url.hostname = '127.0.0.1'
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 20, ...poolOptions })
+    pool.on('error', () => {})
+    db = {
+      ...direct,
+      url: url.toString(),
+      pool,
+      async drop() {
+        await pool.end().catch(() => {})
+        await direct.drop()
+      },
+    }
+  }
   await migrate(db.pool)
   await db.pool.query(`CREATE TABLE payments (
     id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL)`)
@@ -36,7 +61,7 @@ export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = 
 export function engineFor(pool: pg.Pool, options: Partial<TestingEngineOptions> = {}) {
   const events: EngineEvent[] = []
   const engine = createEngineForTesting({
-    store: postgresStore({ pool }),
+    store: postgresStore({ pool, preparedStatements: !pooled }),
     reservation,
     onEvent: (event) => events.push(event),
     ...options,

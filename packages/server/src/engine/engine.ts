@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
+import { detectPooler } from '../store/connection.js'
 import { lockReservation } from '../store/lock-reservation.js'
 import * as q from '../store/queries.js'
 import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
@@ -129,6 +130,12 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     retryAfterMs: config.unavailableRetryAfterMs,
     error,
   })
+  /** Reports a store error, diagnosed first (a transaction-mode pooler is named, and adapted to, here). */
+  const storeError = (error: unknown, id?: KeyId): unknown => {
+    const diagnosed = detectPooler(store, error) ?? error
+    emit({ type: 'store_error', error: diagnosed, ...id })
+    return diagnosed
+  }
 
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
@@ -149,8 +156,8 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       try {
         reservation = await protocol.reserve(request)
       } catch (error) {
-        emit({ type: 'store_error', error, ...id })
-        if (!input.failOpen) return unavailable(error)
+        const diagnosed = storeError(error, id)
+        if (!input.failOpen) return unavailable(diagnosed)
         return failOpen(input, request)
       }
       switch (reservation.kind) {
@@ -244,7 +251,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
         emit({ type: 'released', attempt, reason, ...id })
       } catch (error) {
         // The key stays held until its lease runs out; then the next attempt takes over.
-        emit({ type: 'store_error', error, ...id })
+        storeError(error, id)
       }
       return { kind: 'retryable_failure', reason, ...detail } as const
     }
@@ -290,9 +297,8 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
         let stores: boolean
         try {
           stores = await reservation.fail(claim, stored)
-        } catch (storeError) {
-          emit({ type: 'store_error', error: storeError, ...id })
-          return unavailable(storeError)
+        } catch (failure) {
+          return unavailable(storeError(failure, id))
         }
         return stores ? executed(stored, 'failed_permanent') : await fencedOut(claim)
       }
@@ -314,9 +320,9 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
         broken ??= error as Error
         if (q.isLeaseLost(broken)) return await lost()
         open = false
-        emit({ type: 'store_error', error, ...id })
+        const diagnosed = storeError(error, id)
         await reservation.release(claim).catch(() => {})
-        return unavailable(error)
+        return unavailable(diagnosed)
       }
       if (!completed) {
         await rollback()
@@ -350,8 +356,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     try {
       found = await protocol.inspect(claim.request)
     } catch (error) {
-      emit({ type: 'store_error', error, ...id })
-      return unavailable(error)
+      return unavailable(storeError(error, id))
     }
     if (found.kind === 'finished')
       return answerFinished(id, claim.request.fingerprint, remember(id, found.row, sent), true)
@@ -382,8 +387,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     try {
       found = await protocol.inspect(request)
     } catch (error) {
-      emit({ type: 'store_error', error, ...id })
-      return unavailable(error)
+      return unavailable(storeError(error, id))
     }
     switch (found.kind) {
       case 'finished':

@@ -5,7 +5,7 @@
 // holder that stopped while alive. Nothing is written for the key until the commit, except by a recovery point.
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
-import { endTransaction, prepare, sendable } from './connection.js'
+import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
 import * as lq from './lock-queries.js'
 import type { PostgresStore } from './postgres-store.js'
 import * as q from './queries.js'
@@ -31,8 +31,8 @@ const LOCK_HELD_RETRY_AFTER_MS = 1_000
 const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 
 export function lockReservation(store: PostgresStore, fenced: boolean): ReservationProtocol<LockClaim> {
-  const { pool, names, preparedStatements } = store
-  const send = (query: q.Query) => sendable(query, preparedStatements)
+  const { pool, names } = store
+  const send = (query: q.Query) => sendable(query, store)
   // The lease guard is a fence too: the unfenced engine goes without it.
   const guardMs = (request: ReserveRequest) => (fenced ? request.leaseMs : 0)
 
@@ -42,7 +42,7 @@ export function lockReservation(store: PostgresStore, fenced: boolean): Reservat
     request: ReserveRequest,
   ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined }> {
     let answer: lq.LockedLookup | undefined
-    if (!preparedStatements) {
+    if (!preparesStatements(store)) {
       await client.query('BEGIN')
       answer = (
         await client.query<lq.LockedLookup>(lq.lockAndLookupQuery(names, request.id, guardMs(request)))
@@ -62,7 +62,7 @@ export function lockReservation(store: PostgresStore, fenced: boolean): Reservat
   /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
   async function finishOn(client: pg.PoolClient, claim: LockClaim, record: lq.FinishRecord): Promise<void> {
     const { id } = claim.request
-    if (preparedStatements && record.response.body.length <= q.INLINE_BODY_BYTES) {
+    if (preparesStatements(store) && record.response.body.length <= q.INLINE_BODY_BYTES) {
       const { statement, text } = lq.finishAndCommit(names, id, record, fenced)
       await prepare(client, statement)
       await client.query(text)

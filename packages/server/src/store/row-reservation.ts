@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import type { StoredResponse } from '../engine/types.js'
-import { endTransaction, prepare, sendable } from './connection.js'
+import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
 import type { PostgresStore } from './postgres-store.js'
 import * as q from './queries.js'
 import {
@@ -24,8 +24,8 @@ export interface RowClaim extends Claim {
 }
 
 export function rowReservation(store: PostgresStore, fenced: boolean): ReservationProtocol<RowClaim> {
-  const { pool, names, preparedStatements } = store
-  const send = (query: q.Query) => sendable(query, preparedStatements)
+  const { pool, names } = store
+  const send = (query: q.Query) => sendable(query, store)
   // The lease guard is a fence too: the unfenced engine goes without it.
   const guarded = (request: ReserveRequest) => ({ ...request, leaseGuardMs: fenced ? request.leaseMs : 0 })
 
@@ -35,7 +35,7 @@ export function rowReservation(store: PostgresStore, fenced: boolean): Reservati
     request: ReserveRequest,
     args: rq.ReserveArgs,
   ): Promise<rq.ReserveRow | undefined> {
-    if (!preparedStatements) {
+    if (!preparesStatements(store)) {
       const row = (await client.query<rq.ReserveRow>(send(rq.reserve(names, request.id, args)))).rows[0]
       if (row?.reserved) await client.query(rq.beginGuarded(args.leaseGuardMs))
       return row
@@ -84,7 +84,7 @@ export function rowReservation(store: PostgresStore, fenced: boolean): Reservati
       throw error
     }
     // The reservation message began the business transaction; end it without making the answer wait.
-    if (preparedStatements) void endTransaction(client)
+    if (preparesStatements(store)) void endTransaction(client)
     else client.release()
     const found = answer(row, request.fingerprint)
     // Not reserved, yet free: the row changed between the statement's snapshot and its conflict check.
@@ -102,7 +102,7 @@ export function rowReservation(store: PostgresStore, fenced: boolean): Reservati
     async complete(claim, status, response) {
       const { client, request } = claim
       const args = { token: claim.token, status, response }
-      if (preparedStatements && response.body.length <= q.INLINE_BODY_BYTES) {
+      if (preparesStatements(store) && response.body.length <= q.INLINE_BODY_BYTES) {
         // One round trip: the completion fails on purpose when fenced out, which stops the message before COMMIT.
         const { statement, text } = rq.completeAndCommit(names, request.id, args, fenced)
         await prepare(client, statement)

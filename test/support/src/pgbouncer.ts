@@ -1,0 +1,136 @@
+// A real PgBouncer in transaction mode in front of the test Postgres, on a loopback port of its own: what most
+// production Postgres is reached through. Debian's `pgbouncer` package (`.ci/run` installs it), or PGBOUNCER_PATH.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { accessSync, chownSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { adminUrl, withDatabase } from './index.js'
+import { waitFor } from './services.js'
+
+/** A running PgBouncer. */
+export interface PgBouncer {
+  /** Its port on 127.0.0.1. */
+  port: number
+  /** A connection string for `database` through the pooler. */
+  url(database: string): string
+  /** Stops it (SIGTERM) and removes its files. */
+  stop(): Promise<void>
+}
+
+/** Where the pgbouncer binary is, or undefined when it is not installed. */
+export function pgbouncerPath(): string | undefined {
+  for (const candidate of [process.env.PGBOUNCER_PATH, '/usr/sbin/pgbouncer', '/usr/bin/pgbouncer']) {
+    if (!candidate) continue
+    try {
+      accessSync(candidate, constants.X_OK)
+      return candidate
+    } catch {
+      // not here
+    }
+  }
+  return undefined
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+const accepts = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.on('error', () => resolve(false))
+  })
+
+/**
+ * Starts PgBouncer in transaction mode in front of the server DATABASE_URL names: every database on it, through one
+ * pool per database of `poolSize` server connections, so consecutive transactions of one client land on different
+ * server connections (which is what breaks session state and prepared statements). Throws when pgbouncer is missing.
+ *
+ * @example
+ * const bouncer = await startPgBouncer()
+ * const pool = new pg.Pool({ connectionString: bouncer.url(db.name) })
+ */
+export async function startPgBouncer(options: { poolSize?: number } = {}): Promise<PgBouncer> {
+  const binary = pgbouncerPath()
+  if (!binary)
+    throw new Error('pgbouncer is not installed (Debian: apt-get install pgbouncer, or set PGBOUNCER_PATH).')
+  const target = new URL(adminUrl())
+  const user = decodeURIComponent(target.username || 'postgres')
+  const password = decodeURIComponent(target.password)
+  const port = await freePort()
+  const dir = mkdtempSync(path.join(tmpdir(), 'oncely-pgbouncer-'))
+  const server = [`host=${target.hostname}`, `port=${target.port || 5432}`, `user=${user}`]
+  if (password) server.push(`password=${password}`)
+  writeFileSync(
+    path.join(dir, 'pgbouncer.ini'),
+    `[databases]
+* = ${server.join(' ')}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = ${port}
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = ${options.poolSize ?? 4}
+max_client_conn = 500
+logfile = ${path.join(dir, 'pgbouncer.log')}
+ignore_startup_parameters = extra_float_digits,options,application_name
+`,
+  )
+  // PgBouncer refuses to run as root: as root, run it as the `postgres` user, which must own its files.
+  const asRoot = process.getuid?.() === 0
+  if (asRoot) {
+    const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim())
+    const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim())
+    chownSync(dir, uid, gid)
+    chownSync(path.join(dir, 'pgbouncer.ini'), uid, gid)
+  }
+  const args = [...(asRoot ? ['-u', 'postgres'] : []), path.join(dir, 'pgbouncer.ini')]
+  const child: ChildProcess = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr?.on('data', (chunk) => {
+    stderr += chunk
+  })
+  let exited = false
+  child.once('exit', () => {
+    exited = true
+  })
+  try {
+    await waitFor('pgbouncer to listen', async () => {
+      if (exited) throw new Error(`pgbouncer exited: ${stderr}`)
+      return accepts(port)
+    })
+  } catch (error) {
+    child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+    throw error
+  }
+  return {
+    port,
+    url: (database) => {
+      const url = new URL(withDatabase(adminUrl(), database))
+      url.hostname = '127.0.0.1'
+      url.port = String(port)
+      return url.toString()
+    },
+    async stop() {
+      if (!exited) {
+        const done = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+        child.kill('SIGTERM')
+        await done
+      }
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
