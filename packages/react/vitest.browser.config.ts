@@ -1,0 +1,28 @@
+// Browser project: the hooks in real Chromium through Playwright (Debian's chromium, no browser download), against
+// a real API server started in Node by the global setup. Run through ../client/scripts/browser-tests.mjs, which
+// skips with a reason when no Chromium exists (and fails under CI).
+import { playwright } from '@vitest/browser-playwright'
+import { defineConfig, mergeConfig } from 'vitest/config'
+import { chromiumLaunchOptions } from '../../test/support/src/chromium.ts'
+import shared from '../../vitest.shared.ts'
+
+export default mergeConfig(
+  shared,
+  defineConfig({
+    // The global setup runs in Node in Vitest's own environment, which does not inherit `ssr.resolve`.
+    environments: {
+      __vitest__: { resolve: { conditions: ['@oncely/source', 'node', 'module', 'development|production'] } },
+    },
+    test: {
+      include: ['test/browser/**/*.browser.test.tsx'],
+      globalSetup: ['test/browser/global-setup.ts'],
+      browser: {
+        enabled: true,
+        headless: true,
+        screenshotFailures: false,
+        provider: playwright({ launchOptions: chromiumLaunchOptions() }),
+        instances: [{ browser: 'chromium' }],
+      },
+    },
+  }),
+)
