@@ -266,29 +266,36 @@ describe('hooks in Chromium', () => {
   })
 })
 
-describe('TanStack Query', () => {
-  function Payments({ client, onFetch }: { client: OncelyClient; onFetch: () => void }) {
-    const queryClient = useQueryClient()
-    const list = useQuery({ queryKey: ['payments'], queryFn: async () => (onFetch(), Date.now()) })
-    const pay = useMutation({
-      ...oncelyMutationOptions<Order, Payment>({ client, path: '/v1/payments' }),
-      onSuccess: () => queryClient.invalidateQueries({ queryKey: ['payments'] }),
-    })
-    useInvalidateOnResumed(queryClient, (intent) =>
-      new URL(intent.url).pathname === '/v1/payments' ? [['payments']] : [],
-    )
-    return (
-      <section>
-        <button type="button" onClick={() => pay.mutate({ amount: 18 })}>
-          Pay
-        </button>
-        <p role="status" data-key={pay.data?.key ?? ''}>
-          {pay.status} {list.status}
-        </p>
-      </section>
-    )
-  }
+/** A payments list (a query) and a Pay button (a TanStack mutation through oncely). */
+function Payments({ client, onFetch }: { client: OncelyClient; onFetch: () => void }) {
+  const queryClient = useQueryClient()
+  const list = useQuery({
+    queryKey: ['payments'],
+    queryFn: async () => {
+      onFetch()
+      return Date.now()
+    },
+  })
+  const pay = useMutation({
+    ...oncelyMutationOptions<Order, Payment>({ client, path: '/v1/payments' }),
+    onSuccess: () => queryClient.invalidateQueries({ queryKey: ['payments'] }),
+  })
+  useInvalidateOnResumed(queryClient, (intent) =>
+    new URL(intent.url).pathname === '/v1/payments' ? [['payments']] : [],
+  )
+  return (
+    <section>
+      <button type="button" onClick={() => pay.mutate({ amount: 18 })}>
+        Pay
+      </button>
+      <p role="status" data-key={pay.data?.key ?? ''}>
+        {pay.status} {list.status}
+      </p>
+    </section>
+  )
+}
 
+describe('TanStack Query', () => {
   it('useMutation with oncelyMutationOptions: oncely owns the retries, and a resumed intent invalidates queries', async () => {
     const store = freshStore()
     // A default of 3 retries, as many apps set: the helper's `retry: 0` must win, or each retry is a new intent.
