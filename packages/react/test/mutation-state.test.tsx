@@ -105,27 +105,61 @@ describe('IntentMutation', () => {
   })
 })
 
+// Never used to send: only a valid client next to the bad option.
+const idleClient = createClient({
+  baseUrl: 'http://127.0.0.1:9',
+  store: memoryStore(),
+  resumeOnOnline: false,
+})
+
+class Boundary extends Component<
+  { onError: (error: unknown) => void; children: React.ReactNode },
+  { failed: boolean }
+> {
+  override state = { failed: false }
+  static getDerivedStateFromError() {
+    return { failed: true }
+  }
+  override componentDidCatch(error: unknown) {
+    this.props.onError(error)
+  }
+  override render() {
+    return this.state.failed ? null : this.props.children
+  }
+}
+function Mutation(props: { options: Parameters<typeof useOncelyMutation>[0] }) {
+  useOncelyMutation(props.options)
+  return null
+}
+function Pending(props: { client?: OncelyClient }) {
+  usePendingIntents(props)
+  return null
+}
+function Resumed(props: { listener: unknown }) {
+  useOnResumed(props.listener as () => void, { client: idleClient })
+  return null
+}
+function Invalidate(props: { queryClient: unknown }) {
+  useInvalidateOnResumed(props.queryClient as never, () => [], { client: idleClient })
+  return null
+}
+
 describe('bad options throw a TypeError naming the option', () => {
-  // Never used to send: only to be a valid client next to the bad option.
-  const client = createClient({ baseUrl: 'http://127.0.0.1:9', store: memoryStore(), resumeOnOnline: false })
+  const client = idleClient
   // Renders `element` and returns what rendering it threw, as an error boundary receives it (React also logs the
   // error; that is expected and silenced here).
   const renderError = async (element: React.ReactElement) => {
     const log = vi.spyOn(console, 'error').mockImplementation(() => {})
     let caught: unknown
-    class Boundary extends Component<{ children: React.ReactNode }, { failed: boolean }> {
-      override state = { failed: false }
-      static getDerivedStateFromError() {
-        return { failed: true }
-      }
-      override componentDidCatch(error: unknown) {
-        caught = error
-      }
-      override render() {
-        return this.state.failed ? null : this.props.children
-      }
-    }
-    const renderer = create(<Boundary>{element}</Boundary>)
+    const renderer = create(
+      <Boundary
+        onError={(error) => {
+          caught = error
+        }}
+      >
+        {element}
+      </Boundary>,
+    )
     try {
       await vi.waitFor(() => expect(caught).toBeDefined())
       return caught
@@ -133,22 +167,6 @@ describe('bad options throw a TypeError naming the option', () => {
       renderer.unmount()
       log.mockRestore()
     }
-  }
-  function Mutation(props: { options: Parameters<typeof useOncelyMutation>[0] }) {
-    useOncelyMutation(props.options)
-    return null
-  }
-  function Pending(props: { client?: OncelyClient }) {
-    usePendingIntents(props)
-    return null
-  }
-  function Resumed(props: { listener: unknown }) {
-    useOnResumed(props.listener as () => void, { client })
-    return null
-  }
-  function Invalidate(props: { queryClient: unknown }) {
-    useInvalidateOnResumed(props.queryClient as never, () => [], { client })
-    return null
   }
 
   it.each([

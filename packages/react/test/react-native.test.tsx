@@ -50,24 +50,30 @@ interface Rendered {
   resumed: ResumedIntent[]
 }
 
+/** The app's screen: a Pay mutation, the pending intents, and what resume() finished. Reports each render. */
+function Screen({ onRender }: { onRender: (rendered: Rendered) => void }) {
+  const pay = useOncelyMutation<{ amount: number }, { id: string }>({ path: '/v1/payments' })
+  const { intents, isLoading } = usePendingIntents()
+  const [resumed, setResumed] = useState<ResumedIntent[]>([])
+  useOnResumed((intent) => setResumed((list) => [...list, intent]))
+  onRender({ pay, pending: isLoading ? undefined : intents.length, resumed })
+  return null
+}
+
 /**
- * Launches the app: a provider (which resumes on mount) around a screen using the three hooks. Returns a reader of
- * what the screen last rendered. Nothing is wrapped in act(): updates arrive from the network, as in the app.
+ * Launches the app: a provider (which resumes on mount) around the screen. Returns a reader of what the screen
+ * last rendered. Nothing is wrapped in act(): updates arrive from the network, as in the app.
  */
 function launch(client: OncelyClient): () => Rendered {
   let latest: Rendered | undefined
-  function Screen() {
-    const pay = useOncelyMutation<{ amount: number }, { id: string }>({ path: '/v1/payments' })
-    const { intents, isLoading } = usePendingIntents()
-    const [resumed, setResumed] = useState<ResumedIntent[]>([])
-    useOnResumed((intent) => setResumed((list) => [...list, intent]))
-    latest = { pay, pending: isLoading ? undefined : intents.length, resumed }
-    return null
-  }
   renderers.push(
     create(
       <OncelyProvider client={client}>
-        <Screen />
+        <Screen
+          onRender={(rendered) => {
+            latest = rendered
+          }}
+        />
       </OncelyProvider>,
     ),
   )
