@@ -1,10 +1,20 @@
 // Browser project: the hooks in real Chromium through Playwright (Debian's chromium, no browser download), against
-// a real API server started in Node by the global setup. Run through ../client/scripts/browser-tests.mjs, which
-// skips with a reason when no Chromium exists (and fails under CI).
+// a real API server started in Node by the global setup, once with React 19 and once with React 18 (the peer range).
+// Run through ../client/scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails
+// under CI).
 import { playwright } from '@vitest/browser-playwright'
 import { defineConfig, mergeConfig } from 'vitest/config'
 import { chromiumLaunchOptions } from '../../test/support/src/chromium.ts'
 import shared from '../../vitest.shared.ts'
+
+// React 18 is installed as `react-18` and `react-dom-18`: every import of react or react-dom, ours and the test
+// libraries', is pointed there.
+const react18 = [
+  { find: /^react$/, replacement: 'react-18' },
+  { find: /^react\/(.*)$/, replacement: 'react-18/$1' },
+  { find: /^react-dom$/, replacement: 'react-dom-18' },
+  { find: /^react-dom\/(.*)$/, replacement: 'react-dom-18/$1' },
+]
 
 export default mergeConfig(
   shared,
@@ -23,6 +33,10 @@ export default mergeConfig(
         provider: playwright({ launchOptions: chromiumLaunchOptions() }),
         instances: [{ browser: 'chromium' }],
       },
+      projects: [
+        { extends: true, test: { name: 'react 19' } },
+        { extends: true, resolve: { alias: react18 }, test: { name: 'react 18' } },
+      ],
     },
   }),
 )
