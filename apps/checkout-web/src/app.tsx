@@ -249,29 +249,23 @@ function liveRows(
       result,
     })
   }
-  if (pay.intentId && pay.key && !finished.has(pay.intentId)) {
-    if (pay.status === 'pending') {
-      const result =
-        pay.nextRetryAt === undefined
-          ? `attempt ${pay.attempts} sent`
-          : `${pay.retryReason}; next attempt at ${new Date(pay.nextRetryAt).toLocaleTimeString()}`
-      rows.set(pay.intentId, {
-        id: pay.intentId,
-        key: pay.key,
-        attempts: pay.attempts,
-        state: 'pending',
-        result,
-      })
-    } else if (pay.status === 'failed' && pay.resumable && rows.has(pay.intentId)) {
-      const result = `gave up for now (${pay.error.message}); resumes on reload or reconnect`
-      rows.set(pay.intentId, {
-        id: pay.intentId,
-        key: pay.key,
-        attempts: pay.attempts,
-        state: 'pending',
-        result,
-      })
-    }
+  // This page's own intent: what its mutation knows beyond the store (the retry under way, or why it stopped).
+  const own =
+    pay.status === 'pending'
+      ? pay.nextRetryAt === undefined
+        ? `attempt ${pay.attempts} sent`
+        : `${pay.retryReason}; next attempt at ${new Date(pay.nextRetryAt).toLocaleTimeString()}`
+      : pay.status === 'failed' && pay.resumable && rows.has(pay.intentId ?? '')
+        ? `gave up for now (${pay.error.message}); resumes on reload or reconnect`
+        : undefined
+  if (own !== undefined && pay.intentId && pay.key && !finished.has(pay.intentId)) {
+    rows.set(pay.intentId, {
+      id: pay.intentId,
+      key: pay.key,
+      attempts: pay.attempts,
+      state: 'pending',
+      result: own,
+    })
   }
   return [...rows.values()]
 }
@@ -304,51 +298,51 @@ function LedgerPanel({
             {plural(ledger.totals.charges, 'charge')}
           </p>
           <div className="ledger">
-            <table aria-label="Payments">
-              <thead>
-                <tr>
-                  <th scope="col">Payment</th>
-                  <th scope="col">Amount</th>
-                  <th scope="col">Charge</th>
-                </tr>
-              </thead>
-              <tbody id="ledger-payments">
-                {ledger.payments.map((payment) => (
-                  <tr key={payment.id}>
-                    <td className="key">{payment.id}</td>
-                    <td>
-                      {payment.amount} {payment.currency}
-                    </td>
-                    <td className="key">{payment.chargeId}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-            <table aria-label="Provider charges">
-              <thead>
-                <tr>
-                  <th scope="col">Provider charge</th>
-                  <th scope="col">Amount</th>
-                  <th scope="col">Status</th>
-                </tr>
-              </thead>
-              <tbody id="ledger-charges">
-                {ledger.charges.map((charge) => (
-                  <tr key={charge.chargeId}>
-                    <td className="key">{charge.chargeId}</td>
-                    <td>
-                      {charge.amount} {charge.currency}
-                    </td>
-                    <td>{charge.status}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
+            <LedgerTable
+              id="ledger-payments"
+              label="Payments"
+              columns={['Payment', 'Amount', 'Charge']}
+              rows={ledger.payments.map((p) => [p.id, `${p.amount} ${p.currency}`, p.chargeId])}
+            />
+            <LedgerTable
+              id="ledger-charges"
+              label="Provider charges"
+              columns={['Provider charge', 'Amount', 'Status']}
+              rows={ledger.charges.map((c) => [c.chargeId, `${c.amount} ${c.currency}`, c.status])}
+            />
           </div>
         </>
       ) : (
         <p id="ledger-summary">Reading the ledger…</p>
       )}
     </section>
+  )
+}
+
+/** One table of the ledger; each row's first cell is its unique id. */
+function LedgerTable(props: { id: string; label: string; columns: string[]; rows: string[][] }) {
+  return (
+    <table aria-label={props.label}>
+      <thead>
+        <tr>
+          {props.columns.map((column) => (
+            <th key={column} scope="col">
+              {column}
+            </th>
+          ))}
+        </tr>
+      </thead>
+      <tbody id={props.id}>
+        {props.rows.map((row) => (
+          <tr key={row[0]}>
+            {row.map((cell, i) => (
+              <td key={props.columns[i]} className={i === 1 ? undefined : 'key'}>
+                {cell}
+              </td>
+            ))}
+          </tr>
+        ))}
+      </tbody>
+    </table>
   )
 }

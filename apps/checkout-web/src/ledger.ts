@@ -1,18 +1,7 @@
+import type { Ledger } from '@oncely/payments-api/src/routes/ledger-response.ts'
 import { useEffect, useState } from 'react'
 
-/** `GET /v1/ledger`'s answer (see apps/payments-api/src/routes/ledger.ts). */
-export interface Ledger {
-  tenant: string
-  payments: {
-    id: string
-    amount: number
-    currency: string
-    chargeId: string
-    idempotencyKey: string | null
-  }[]
-  charges: { chargeId: string; amount: number; currency: string; status: 'succeeded' | 'declined' }[]
-  totals: { payments: number; charges: number }
-}
+export type { Ledger }
 
 const EVERY_MS = 1_000
 

@@ -13,7 +13,7 @@ import {
   type TestDatabase,
 } from '@oncely/test-support'
 import type { FastifyInstance } from 'fastify'
-import { type Browser, chromium } from 'playwright'
+import { type Browser, chromium, type Page } from 'playwright'
 import { build } from 'vite'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildApp } from '../src/app.js'
@@ -25,6 +25,12 @@ const hasChromium = requireChromium('checkout e2e')
 
 const checkoutWeb = path.resolve(import.meta.dirname, '../../checkout-web')
 const artifacts = path.resolve(import.meta.dirname, '../test-results')
+
+/** Keeps what the page showed at the end of a test, for a person to look at. */
+async function saveScreenshot(page: Page, name: string): Promise<void> {
+  mkdirSync(artifacts, { recursive: true })
+  await page.screenshot({ path: path.join(artifacts, name), fullPage: true })
+}
 
 describe.skipIf(!hasChromium)('checkout page in Chromium', () => {
   let db: TestDatabase
@@ -84,11 +90,7 @@ describe.skipIf(!hasChromium)('checkout page in Chromium', () => {
       expect(await resumed.locator('.result').textContent()).toContain(rows[0]!.id)
       expect(await resumed.locator('.result').textContent()).toContain(rows[0]!.charge_id)
 
-      mkdirSync(artifacts, { recursive: true })
-      await page.screenshot({
-        path: path.join(artifacts, 'checkout-resumed-after-reload.png'),
-        fullPage: true,
-      })
+      await saveScreenshot(page, 'checkout-resumed-after-reload.png')
     } finally {
       await page.close()
     }
@@ -136,11 +138,7 @@ describe.skipIf(!hasChromium)('checkout page in Chromium', () => {
       expect(await page.locator('#ledger-charges').textContent()).toContain(rows[0]!.charge_id)
       expect(await page.locator('#notice').textContent()).toContain(`payment ${rows[0]!.id}`)
 
-      mkdirSync(artifacts, { recursive: true })
-      await page.screenshot({
-        path: path.join(artifacts, 'checkout-ledger-charged-once.png'),
-        fullPage: true,
-      })
+      await saveScreenshot(page, 'checkout-ledger-charged-once.png')
     } finally {
       await context.close()
     }

@@ -5,25 +5,12 @@
  */
 import type { FastifyInstance } from 'fastify'
 import type pg from 'pg'
+import type { Ledger } from './ledger-response.js'
+
+export type { Ledger } from './ledger-response.js'
 
 /** How many of the newest rows of each table the ledger lists; the totals count every row. */
 export const LEDGER_ROWS = 50
-
-/** `GET /v1/ledger`'s answer. */
-export interface Ledger {
-  tenant: string
-  /** The tenant's payments, newest first (at most {@link LEDGER_ROWS}). */
-  payments: {
-    id: string
-    amount: number
-    currency: string
-    chargeId: string
-    idempotencyKey: string | null
-  }[]
-  /** The provider's charges for the tenant, newest first (at most {@link LEDGER_ROWS}). */
-  charges: { chargeId: string; amount: number; currency: string; status: 'succeeded' | 'declined' }[]
-  totals: { payments: number; charges: number }
-}
 
 /** Registers `GET /v1/ledger` (authenticated like every `/v1/` route: it answers for the caller's tenant only). */
 export function registerLedgerRoute(app: FastifyInstance, pool: pg.Pool): void {
