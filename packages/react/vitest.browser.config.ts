@@ -1,6 +1,6 @@
 // Browser project: the hooks in real Chromium through Playwright (Debian's chromium, no browser download), against
 // a real API server started in Node by the global setup, once with React 19 and once with React 18 (the peer range).
-// Run through ../client/scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails
+// Run through the root scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails
 // under CI).
 import { playwright } from '@vitest/browser-playwright'
 import { defineConfig, mergeConfig } from 'vitest/config'
