@@ -12,7 +12,11 @@ export interface IntentMutationOptions<TVariables> extends MutationDefinition {
 
 /** Options of one `mutate` or `mutateAsync` call. */
 export interface MutateOptions {
-  /** Cancels the waits and the attempt in flight; the intent stays pending for `resume()` (`resumable: true`). */
+  /**
+   * Cancels the waits and the attempt in flight; the intent stays pending for `resume()` (`resumable: true`).
+   * @default undefined: the call runs until the intent settles, fails or exhausts its retries
+   * @example signal: AbortSignal.timeout(10_000)
+   */
   signal?: AbortSignal
 }
 

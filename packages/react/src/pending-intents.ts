@@ -17,6 +17,7 @@ export interface UsePendingIntentsOptions {
   /**
    * The client whose store to watch.
    * @default the nearest OncelyProvider's client
+   * @example client: createClient({ baseUrl: 'https://api.example.com' })
    */
   client?: OncelyClient
 }

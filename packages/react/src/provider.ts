@@ -16,8 +16,10 @@ export interface OncelyProviderProps {
    * subscribed when the first outcome arrives (which `createClient({ resumeOnStart: true })` cannot promise).
    * StrictMode's second mount joins the same run.
    * @default true
+   * @example resumeOnMount={false} // resume yourself, for example after sign-in
    */
   resumeOnMount?: boolean
+  /** The app. */
   children?: ReactNode
 }
 

@@ -1,6 +1,6 @@
 import type { OncelyClient, OncelyResponse, ResumedIntent } from '@oncely/client'
 import { checkMutationOptions, type MutationDefinition } from './intent-mutation.js'
-import { useOnResumed } from './use-on-resumed.js'
+import { type UseOnResumedOptions, useOnResumed } from './use-on-resumed.js'
 
 /** Options of {@link oncelyMutationOptions}. */
 export interface OncelyMutationOptionsInput<TVariables> extends MutationDefinition {
@@ -77,7 +77,7 @@ export interface InvalidatingQueryClient {
 export function useInvalidateOnResumed(
   queryClient: InvalidatingQueryClient,
   queryKeys: (intent: ResumedIntent) => readonly (readonly unknown[])[],
-  options: { client?: OncelyClient } = {},
+  options: UseOnResumedOptions = {},
 ): void {
   if (typeof queryClient?.invalidateQueries !== 'function') {
     throw new TypeError('Expected `queryClient` to be a TanStack Query QueryClient')

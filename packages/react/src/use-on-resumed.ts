@@ -8,6 +8,7 @@ export interface UseOnResumedOptions {
   /**
    * The client to listen to.
    * @default the nearest OncelyProvider's client
+   * @example client: createClient({ baseUrl: 'https://api.example.com' })
    */
   client?: OncelyClient
 }

@@ -24,6 +24,7 @@ export interface UseOncelyMutationOptions<TVariables> extends MutationDefinition
   /**
    * The client to send with.
    * @default the nearest OncelyProvider's client
+   * @example client: createClient({ baseUrl: 'https://api.example.com' })
    */
   client?: OncelyClient
 }
