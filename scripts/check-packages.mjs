@@ -11,7 +11,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
-const packages = ['protocol', 'client', 'server'].map((name) => path.join(root, 'packages', name))
+const packages = ['protocol', 'client', 'server', 'react'].map((name) => path.join(root, 'packages', name))
 const bin = (name) => path.join(root, 'node_modules', '.bin', name)
 const run = (command, args, options = {}) => execFileSync(command, args, { stdio: 'inherit', ...options })
 
@@ -20,7 +20,8 @@ let failed = false
 try {
   const tarballs = []
   const entries = []
-  // Optional peers (fastify, ioredis, NATS) are what a user installs to use the matching subpath.
+  // Peers are what a user installs next to the package: optional ones (fastify, ioredis, NATS) to use the matching
+  // subpath, React for @oncely/react.
   const peers = new Set()
   for (const dir of packages) {
     const manifest = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'))

@@ -1,5 +1,5 @@
 // Browser project: real Chromium through Playwright (no browser download; Debian's chromium by default).
-// Run through scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails under CI).
+// Run through the root scripts/browser-tests.mjs, which skips with a reason when no Chromium exists (and fails under CI).
 // A relative import: the config loader bundles relative files, while a workspace package would be loaded as .ts.
 
 import { playwright } from '@vitest/browser-playwright'

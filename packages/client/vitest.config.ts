@@ -1,7 +1,7 @@
 import { defineConfig, mergeConfig } from 'vitest/config'
 import shared from '../../vitest.shared.ts'
 
-// Node project. The real-Chromium project is vitest.browser.config.ts (run by scripts/browser-tests.mjs).
+// Node project. The real-Chromium project is vitest.browser.config.ts (run by the root scripts/browser-tests.mjs).
 export default mergeConfig(
   shared,
   defineConfig({

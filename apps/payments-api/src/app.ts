@@ -23,6 +23,7 @@ import { registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
+import { registerLedgerRoute } from './routes/ledger.js'
 import { type PaymentExecutionSource, registerPaymentRoutes } from './routes/payments.js'
 
 /** Options of {@link buildApp}. */
@@ -91,6 +92,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
   registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
+  registerLedgerRoute(app, pool)
   if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
 
   app.addHook('onResponse', async (request) => {

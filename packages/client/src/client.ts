@@ -41,6 +41,13 @@ export interface RequestOptions {
   intentId?: string
   /** Cancels the waits and the request in flight; the intent stays pending (see `client.discard`). */
   signal?: AbortSignal
+  /**
+   * Called once with the intent's id and key as soon as they are minted, before anything is written or sent, so the
+   * caller can follow this intent's events (`attempt`, `retry`, ...) by `id`, even for a one-off intent whose key is
+   * random.
+   * @example onIntent: ({ id, key }) => console.log(`paying as ${key}`)
+   */
+  onIntent?: (intent: { id: string; key: string }) => void
 }
 
 /** One intent's result from `client.resume()`. */
@@ -55,10 +62,10 @@ export interface OncelyClient {
   request<T = unknown>(options: RequestOptions): Promise<OncelyResponse<T>>
   /** A reusable function for one endpoint: `(json, options?) => client.request(...)`. */
   mutation<TBody = unknown, T = unknown>(
-    definition: Omit<RequestOptions, 'json' | 'body' | 'intentId' | 'signal'>,
+    definition: Omit<RequestOptions, 'json' | 'body' | 'intentId' | 'signal' | 'onIntent'>,
   ): (
     json: TBody,
-    options?: Pick<RequestOptions, 'intentId' | 'signal' | 'headers'>,
+    options?: Pick<RequestOptions, 'intentId' | 'signal' | 'headers' | 'onIntent'>,
   ) => Promise<OncelyResponse<T>>
   /** Intents not confirmed yet (pending, or expired with an unknown outcome). */
   pending(): Promise<PendingIntent[]>
@@ -206,6 +213,7 @@ export function createClient(options: ClientOptions): OncelyClient {
     }
     const now = timers.now()
     const key = req.intentId === undefined ? randomKey() : deriveKey(req.intentId, method, url.href)
+    req.onIntent?.({ id: req.intentId ?? key, key })
     const record: IntentRecord = {
       format: 1,
       id: req.intentId ?? key,
@@ -287,16 +295,17 @@ export function createClient(options: ClientOptions): OncelyClient {
           }
           if (record.state === 'expired') return undefined
           const base = { id: record.id, key: record.key }
+          const target = { method: record.method, url: record.url }
+          let result: Driven
           try {
-            const result = await track(record.id, undefined, () =>
-              driveStored(record.id, {}, undefined, false),
-            )
-            return 'skipped' in result
-              ? { ...base, outcome: 'skipped', reason: result.skipped }
-              : { ...base, outcome: 'settled', response: result }
+            result = await track(record.id, undefined, () => driveStored(record.id, {}, undefined, false))
           } catch (error) {
+            events.emit('resumed', { ...base, ...target, outcome: 'failed', error })
             return { ...base, outcome: 'failed', error }
           }
+          if ('skipped' in result) return { ...base, outcome: 'skipped', reason: result.skipped }
+          events.emit('resumed', { ...base, ...target, outcome: 'settled', response: result })
+          return { ...base, outcome: 'settled', response: result }
         },
       )
       return outcomes.filter((outcome): outcome is ResumeOutcome => outcome !== undefined)

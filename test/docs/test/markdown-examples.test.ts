@@ -2,7 +2,7 @@
 // editor would see it) and run against the real services: a fresh Postgres database per example, and Redis and
 // NATS when the example imports them. See src/snippets.ts for the directives that change what is done.
 import { execFileSync, spawn } from 'node:child_process'
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { createTestDatabase, optionalService, waitFor } from '@oncely/test-support'
@@ -58,6 +58,10 @@ writeFileSync(
 for (const snippet of snippets) {
   if (snippet.mode !== 'skip') writeFileSync(path.join(workDir, fileOf(snippet)), snippet.code)
 }
+// Declarations of platform modules that examples import but Node cannot install (React Native): see ambient/.
+const ambientDir = path.resolve(import.meta.dirname, '../ambient')
+for (const file of readdirSync(ambientDir))
+  copyFileSync(path.join(ambientDir, file), path.join(workDir, file))
 
 /** Maps `.snippets/<name>.ts(line,col)` in compiler output back to the Markdown file and line. */
 function toMarkdownLocations(output: string): string {

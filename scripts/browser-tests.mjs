@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Runs the browser test project in real Chromium. Without a Chromium binary the tests are skipped with a one-line
-// reason, except under CI, where a missing browser is a failure (so CI can never pass without running them).
+// Runs the browser test project (vitest.browser.config.ts) of the package it is run in, in real Chromium. Without a
+// Chromium binary the tests are skipped with a one-line reason, except under CI, where a missing browser is a
+// failure (so CI can never pass without running them).
 import { spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
