@@ -11,7 +11,20 @@ import {
   insertOrExisting,
   postgresStore,
 } from '../src/index.js'
-import { engineFor, fingerprintOf, freshKey, gate, keyRecord, pay, payRequest, paymentsFor, pooled, reservation, setupDatabase, sleep } from './helpers.js'
+import {
+  engineFor,
+  fingerprintOf,
+  freshKey,
+  gate,
+  keyRecord,
+  pay,
+  paymentsFor,
+  payRequest,
+  pooled,
+  reservation,
+  setupDatabase,
+  sleep,
+} from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -586,7 +599,8 @@ describe('12b. the reaper', () => {
 })
 
 describe('13. store unavailable', () => {
-  const missing = () => postgresStore({ pool: db.pool, schema: 'no_such_schema', preparedStatements: !pooled })
+  const missing = () =>
+    postgresStore({ pool: db.pool, schema: 'no_such_schema', preparedStatements: !pooled })
 
   it('fails closed: no handler run, unavailable with a retry hint', async () => {
     const events: string[] = []
@@ -701,7 +715,10 @@ describe('16. resources', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 2 })
     pool.on('error', () => {})
     try {
-      const engine = createEngine({ store: postgresStore({ pool, preparedStatements: !pooled }), reservation })
+      const engine = createEngine({
+        store: postgresStore({ pool, preparedStatements: !pooled }),
+        reservation,
+      })
       for (let i = 0; i < 20; i++) {
         const key = freshKey()
         await engine.execute(input(key))
