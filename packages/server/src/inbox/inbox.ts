@@ -35,7 +35,12 @@ export type ConsumeResult<T = unknown> =
 
 /** Options of {@link createInbox}. */
 export interface InboxOptions {
-  /** The engine whose table records consumed messages (`createEngine`; a dedicated table keeps volumes apart). */
+  /**
+   * The engine whose table records consumed messages (`createEngine`; a dedicated table keeps volumes apart). Give
+   * it `reservation: 'lock'`: a message then belongs to a delivery only while its transaction lives, so when the
+   * consumer's process dies the redelivery is applied at once; under `'row'` it answers `busy` until the dead
+   * delivery's lease (`leaseMs`) runs out.
+   */
   engine: Engine
   /** This consumer's name: the record's scope, so two consumers of one topic each process every message once. */
   consumer: string
@@ -45,7 +50,11 @@ export interface InboxOptions {
    * @default 604_800_000 (7 days)
    */
   retentionMs?: number
-  /** How long a delivery owns a message before a redelivery may take it over. Above the handler's p99. @default the engine's */
+  /**
+   * Under the engine's `reservation: 'row'`: how long a delivery owns a message before a redelivery may take it over
+   * (above the handler's p99; a redelivery after a crash waits this long). Not used by deliveries under `'lock'`.
+   * @default the engine's
+   */
   leaseMs?: number
   /**
    * Which handler errors are permanent (stored and answered `rejected` on every redelivery) rather than retryable.
@@ -135,8 +144,9 @@ function parseResult<T>(body: Buffer): T {
 
 /**
  * The inbox pattern on the idempotency engine: scope = consumer, operation = topic, key = message id. The record is
- * reserved, then completed in the same transaction as the handler's effect; a crash before commit leaves nothing but
- * a lease that a redelivery takes over.
+ * reserved, then completed in the same transaction as the handler's effect. A crash before the commit leaves nothing
+ * under the engine's `reservation: 'lock'` (recommended here: the redelivery is applied at once), and under `'row'`
+ * a lease that a redelivery takes over once it runs out.
  *
  * @example
  * const inbox = createInbox({ engine, consumer: 'billing' })

@@ -4,6 +4,11 @@ import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/i
 
 /** Options of {@link createJobs}. */
 export interface JobsOptions {
+  /**
+   * The engine whose table records runs. Give it `reservation: 'lock'`: an occurrence then belongs to a run only
+   * while its transaction lives, so when the process running it dies the next trigger runs it at once; under
+   * `'row'` it answers `busy` until the dead run's lease runs out.
+   */
   engine: Engine
   /** The records' scope, separating jobs from other users of the engine's table. @default 'jobs' */
   scope?: string
@@ -13,7 +18,11 @@ export interface JobsOptions {
    * @default 2_592_000_000 (30 days)
    */
   retentionMs?: number
-  /** How long a run owns its occurrence before another trigger may take it over. Above the job's p99. @default the engine's */
+  /**
+   * Under the engine's `reservation: 'row'`: how long a run owns its occurrence before another trigger may take it
+   * over (above the job's p99). Not used under `'lock'`.
+   * @default the engine's
+   */
   leaseMs?: number
   /** Which job errors are permanent (stored, never re-run) rather than retryable. @default () => 'retryable' */
   classify?: (error: unknown) => ErrorClass
