@@ -63,6 +63,18 @@ describe('a retry after its key expired', () => {
     expect(await count(db.pool, 'outbox', ['aggregate_id', first.json().id])).toBe(1)
   })
 
+  it('with another amount is refused by the provider, and books nothing', async () => {
+    const tenant = `t${randomUUID().slice(0, 8)}`
+    const key = randomUUID()
+    const first = await pay(app, { amount: 100, currency: 'eur' }, { tenant, key })
+    expect(first.statusCode).toBe(201)
+    await expired(tenant, key)
+    const late = await pay(app, { amount: 999, currency: 'eur' }, { tenant, key })
+    expect(late.statusCode).toBe(500)
+    expect(await count(db.pool, 'payments', ['tenant_id', tenant])).toBe(1)
+    expect(await count(db.pool, 'provider_charges', ['tenant_id', tenant])).toBe(1)
+  })
+
   it('declined the first time is declined again with the same charge', async () => {
     const tenant = `t${randomUUID().slice(0, 8)}`
     const key = randomUUID()
@@ -75,6 +87,50 @@ describe('a retry after its key expired', () => {
     expect(late.json()).toEqual(first.json())
     expect(await count(db.pool, 'payments', ['tenant_id', tenant])).toBe(0)
     expect(await count(db.pool, 'provider_charges', ['tenant_id', tenant])).toBe(1)
+  })
+})
+
+describe('with the backstop disabled (chaos only)', () => {
+  it('books a second payment for the same charge when a retry comes after its key expired', async () => {
+    const other = await createTestDatabase('payments_ledger_unsafe')
+    const unsafe = await prepareDatabase(other.pool).then(() =>
+      buildApp({
+        pool: other.pool,
+        webRoot: false,
+        leaseMs: 200,
+        retentionMs: 600,
+        chaos: {
+          crashAt: new Set(),
+          crashRate: 1,
+          delayAt: new Set(),
+          delayMs: 0,
+          delayRate: 1,
+          seed: undefined,
+          disableIdempotency: false,
+          disableFencing: false,
+          disableBackstop: true,
+        },
+      }),
+    )
+    try {
+      const key = randomUUID()
+      const body = { amount: 100, currency: 'eur' }
+      expect((await pay(unsafe, body, { key })).statusCode).toBe(201)
+      await waitFor('the key to expire', async () => {
+        const { rows } = await other.pool.query(
+          'SELECT expires_at <= now() AS expired FROM oncely.idempotency_keys',
+        )
+        return rows[0]?.expired === true
+      })
+      expect((await pay(unsafe, body, { key })).statusCode).toBe(201)
+      const { rows } = await other.pool.query(
+        'SELECT count(*)::int AS n, count(DISTINCT charge_id)::int AS charges FROM payments',
+      )
+      expect(rows[0]).toEqual({ n: 2, charges: 1 })
+    } finally {
+      await unsafe.close()
+      await other.drop()
+    }
   })
 })
 

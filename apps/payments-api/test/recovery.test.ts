@@ -161,6 +161,7 @@ describe('with idempotency disabled (chaos only)', () => {
         seed: undefined,
         disableIdempotency: true,
         disableFencing: false,
+        disableBackstop: false,
       },
     })
     try {
