@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildApp } from '../src/app.js'
 import { prepareDatabase } from '../src/database.js'
 import { migrateApp } from '../src/migrate.js'
-import { count, pay } from './support/app.js'
+import { chaosConfig, count, pay } from './support/app.js'
 
 let db: TestDatabase
 let app: FastifyInstance
@@ -99,17 +99,7 @@ describe('with the backstop disabled (chaos only)', () => {
         webRoot: false,
         leaseMs: 200,
         retentionMs: 600,
-        chaos: {
-          crashAt: new Set(),
-          crashRate: 1,
-          delayAt: new Set(),
-          delayMs: 0,
-          delayRate: 1,
-          seed: undefined,
-          disableIdempotency: false,
-          disableFencing: false,
-          disableBackstop: true,
-        },
+        chaos: chaosConfig({ disableBackstop: true }),
       }),
     )
     try {
