@@ -32,11 +32,6 @@ const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
 /** How often workers re-drive their pending intents during the fault phase. */
 const RESUME_EVERY_MS = 5000
-/**
- * How long a probe may take from its first attempt to its answer (the worker's retry budget: 8 attempts with the
- * client timeout and a growing pause). A changed-payload probe is only sent when its key lives at least this long.
- */
-const PROBE_BUDGET_MS = 8 * CLIENT_TIMEOUT_MS + 3_600
 
 export async function run(
   options: ChaosOptions,
@@ -239,8 +234,7 @@ export async function run(
 
     // Client workers; one tenant each; restarted and resumed after a crash point kills them.
     const keys = new Map<string, string>()
-    /** When each intent was first invoked, and when it first settled (ok or fail), by the driver's clock. */
-    const invokedAt = new Map<string, number>()
+    /** When each intent first settled (ok or fail), by the driver's clock. */
     const settledAt = new Map<string, number>()
     const answered = new Set<string>()
     const drained = new Map<string, string[]>()
@@ -281,8 +275,6 @@ export async function run(
           if (event.type === 'drain') drained.set(name, event.pending)
           if ((event.type === 'attempt' || event.type === 'intent') && event.key)
             keys.set(event.intent, event.key)
-          if (event.type === 'intent' && event.phase === 'invoke' && !invokedAt.has(event.intent))
-            invokedAt.set(event.intent, Date.now())
           if (event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'))
             if (!settledAt.has(event.intent)) settledAt.set(event.intent, Date.now())
           if (event.type === 'intent' && event.phase !== 'invoke') answered.add(event.intent)
@@ -367,22 +359,16 @@ export async function run(
       for (const worker of workers) worker.send(JSON.stringify({ type: 'resume' }))
     }, RESUME_EVERY_MS)
     /**
-     * Whether a probe can go now. Its original must have settled (so the key is taken). A changed payload must reach
-     * a key that still lives (one that expired would make it a new request, rightly not refused): its key was
-     * reserved after the original's invoke, so it lives until at least then plus the retention. An expired replay
-     * must reach a key that no longer lives: the key that answered the original was reserved before it settled, so
+     * Whether a probe can go now. Its original must have settled (so the key is taken). An expired replay must
+     * also reach a key that no longer lives: the key that answered the original was reserved before it settled, so
      * it has expired once the retention has passed since; the table confirms it (or the reaper deleted the row).
      */
     const readiness = async (intent: PlannedIntent, final: boolean): Promise<Readiness> => {
       const key = keys.get(intent.of!)
       const settled = settledAt.get(intent.of!)
       if (!key || settled === undefined) return final ? 'never' : 'wait'
-      const now = Date.now()
-      if (intent.kind === 'changed-payload') {
-        return now + PROBE_BUDGET_MS < invokedAt.get(intent.of!)! + options.retentionMs ? 'send' : 'never'
-      }
       if (intent.kind !== 'expired-replay') return 'send'
-      if (now < settled + options.retentionMs) return 'wait'
+      if (Date.now() < settled + options.retentionMs) return 'wait'
       const { rows } = await db.pool.query(
         'SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()',
         [intent.tenant, key],

@@ -202,6 +202,25 @@ describe('check: valid histories', () => {
     expect(result.classes).toEqual({ i1: 'ok', p1: 'ok' })
   })
 
+  it('accepts a changed payload that met an expired key: refused by the provider (500), nothing booked', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 99, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.attempt('p1', 1, { status: 500, body: { code: 'internal' } }, 'k-i1')
+    h.settle('p1', 'info', undefined, 'k-i1')
+    const db = ledger([row])
+    db.keys = [{ ...db.keys[0]!, state: 'failed_retryable', responseStatus: null, responseBody: null }]
+    const result = check(h.events, db)
+    expect(result.violations).toEqual([])
+    expect(result.classes.p1).toBe('aborted')
+  })
+
   it('takes the key from the first attempt when the SDK derived it after the invoke', () => {
     const h = history()
     const row = payment('i1', 1)
