@@ -18,6 +18,7 @@ import { registerAuth } from './auth.js'
 import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
+import { PAYMENT_PER_CHARGE } from './ledger.js'
 import { createPaymentHandler } from './payment-steps.js'
 import { registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
@@ -85,6 +86,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.
   registerAuth(app)
 
+  // Chaos only: without its natural key, the ledger books whatever reaches it (recordPayment always inserts).
+  if (chaos?.disableBackstop)
+    await pool.query(`ALTER TABLE payments DROP CONSTRAINT IF EXISTS ${PAYMENT_PER_CHARGE}`)
   const execution = chaos?.disableIdempotency
     ? withoutIdempotency(pool)
     : await withIdempotency(app, createPaymentsEngine(app, options, faults))

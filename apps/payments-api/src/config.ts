@@ -34,6 +34,11 @@ export interface ChaosConfig {
   disableIdempotency: boolean
   /** Turn off the engine's fencing, so the suite can prove it catches a paused process. `ONCELY_UNSAFE_DISABLE_FENCING=1` */
   disableFencing: boolean
+  /**
+   * Drop the ledger's natural key (one payment per tenant and charge) at start, so the suite can prove it catches a
+   * retry after key expiry booking a second payment. `ONCELY_UNSAFE_DISABLE_BACKSTOP=1`
+   */
+  disableBackstop: boolean
 }
 
 /** The simulated payment provider's behaviour. */
@@ -135,6 +140,7 @@ const CHAOS_ONLY = [
   'ONCELY_DELAY_AT',
   'ONCELY_UNSAFE_DISABLE_IDEMPOTENCY',
   'ONCELY_UNSAFE_DISABLE_FENCING',
+  'ONCELY_UNSAFE_DISABLE_BACKSTOP',
 ] as const
 
 function chaos(env: Env): ChaosConfig | undefined {
@@ -153,6 +159,7 @@ function chaos(env: Env): ChaosConfig | undefined {
     seed: env.ONCELY_CHAOS_SEED ? integer(env, 'ONCELY_CHAOS_SEED', 0, 0, 2 ** 32 - 1) : undefined,
     disableIdempotency: flag(env, 'ONCELY_UNSAFE_DISABLE_IDEMPOTENCY'),
     disableFencing: flag(env, 'ONCELY_UNSAFE_DISABLE_FENCING'),
+    disableBackstop: flag(env, 'ONCELY_UNSAFE_DISABLE_BACKSTOP'),
   }
 }
 

@@ -4,8 +4,8 @@
  * key. A retry or takeover after a crash past the charge resumes from the recovery point and never calls the
  * provider again; a crash inside the charge step re-runs it with the same `stepKey`, which the provider dedupes.
  *
- * The handler knows nothing of Fastify, so the completer can re-drive an abandoned intent with it (see
- * `completer.ts`).
+ * The handler knows nothing of Fastify, so a completer (`createCompleter` from `@oncely/server/steps`) could re-drive
+ * an abandoned intent with it.
  */
 import { randomUUID } from 'node:crypto'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
@@ -13,19 +13,10 @@ import type { ExecutionContext, HandlerResponse } from '@oncely/server'
 import { steps } from '@oncely/server/steps'
 import type pg from 'pg'
 import type { Faults } from './faults.js'
+import { recordPayment } from './ledger.js'
 import { demoProblem } from './problems.js'
 import { type Charge, type Provider, ProviderUnavailableError } from './provider.js'
 import type { PaymentBody } from './routes/schemas.js'
-
-/** A payment as the API returns it. */
-export interface Payment {
-  id: string
-  amount: number
-  currency: string
-  reference: string | null
-  status: 'succeeded'
-  chargeId: string
-}
 
 /**
  * What the recovery point carries. `body` is the request body exactly as received, so a re-drive can rebuild the
@@ -97,25 +88,25 @@ export function createPaymentHandler(options: PaymentHandlerOptions) {
             )
           }
           const { amount, currency } = state.body
-          const payment: Payment = {
-            id: randomUUID(),
+          // The last line of defence: when the key expired before this retry, the charge above is the one the
+          // first attempt took, and the ledger already holds its payment; answer with it, exactly as the first
+          // attempt did, and announce nothing new.
+          const { created, payment } = await recordPayment(tx, {
+            tenantId: state.tenantId,
             amount,
             currency,
             reference: state.body.reference ?? null,
-            status: 'succeeded',
             chargeId,
+            idempotencyKey: ctx.key || null,
+          })
+          if (created) {
+            await tx.query('INSERT INTO outbox (id, topic, aggregate_id, payload) VALUES ($1, $2, $3, $4)', [
+              randomUUID(),
+              'payment.succeeded',
+              payment.id,
+              JSON.stringify({ tenantId: state.tenantId, ...payment }),
+            ])
           }
-          await tx.query(
-            `INSERT INTO payments (id, tenant_id, amount, currency, reference, charge_id, idempotency_key)
-           VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-            [payment.id, state.tenantId, amount, currency, payment.reference, chargeId, ctx.key || null],
-          )
-          await tx.query('INSERT INTO outbox (id, topic, aggregate_id, payload) VALUES ($1, $2, $3, $4)', [
-            randomUUID(),
-            'payment.succeeded',
-            payment.id,
-            JSON.stringify({ tenantId: state.tenantId, ...payment }),
-          ])
           await faults.at('after-business-write')
           return { status: 201, headers: { location: `/v1/payments/${payment.id}` }, body: payment }
         },

@@ -47,6 +47,7 @@ describe('loadConfig', () => {
       ONCELY_DELAY_MS: '50',
       ONCELY_CHAOS_SEED: '42',
       ONCELY_UNSAFE_DISABLE_FENCING: '1',
+      ONCELY_UNSAFE_DISABLE_BACKSTOP: '1',
     })
     expect(config.chaos).toMatchObject({
       crashAt: new Set(['after-reserve', 'after-commit']),
@@ -56,6 +57,7 @@ describe('loadConfig', () => {
       delayRate: 1,
       seed: 42,
       disableFencing: true,
+      disableBackstop: true,
       disableIdempotency: false,
     })
   })

@@ -11,7 +11,7 @@ import { buildApp } from '../src/app.js'
 import type { ChaosPoint } from '../src/config.js'
 import { prepareDatabase } from '../src/database.js'
 import { createProvider } from '../src/provider.js'
-import { count, countingProvider, pay, queuedRandom, recoveryPoint } from './support/app.js'
+import { chaosConfig, count, countingProvider, pay, queuedRandom, recoveryPoint } from './support/app.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -152,16 +152,7 @@ describe('with idempotency disabled (chaos only)', () => {
       pool: db.pool,
       provider,
       webRoot: false,
-      chaos: {
-        crashAt: new Set(),
-        crashRate: 1,
-        delayAt: new Set(),
-        delayMs: 0,
-        delayRate: 1,
-        seed: undefined,
-        disableIdempotency: true,
-        disableFencing: false,
-      },
+      chaos: chaosConfig({ disableIdempotency: true }),
     })
     try {
       const key = randomUUID()

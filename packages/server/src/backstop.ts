@@ -19,7 +19,7 @@ function isUniqueViolation(error: unknown, constraint: string): boolean {
 }
 
 /**
- * The second line of defence (seed 004, gotcha 9): an idempotency key expires or is lost, a very late retry arrives
+ * The second line of defence: an idempotency key expires (after `retentionMs`) or is lost, a very late retry arrives
  * as a new request, and the business unique constraint catches it. This maps that unique violation (`23505` on the
  * named constraint, detected by code and constraint name, never by message) to the existing resource. Other errors,
  * including violations of other constraints, are rethrown. Must run inside a transaction (`ctx.tx` is one).

@@ -563,11 +563,12 @@ describe('12. retention', () => {
   })
 
   it('keeps a finished key for retentionMs from its creation', async () => {
-    const { engine } = engineFor(db.pool, { leaseMs: 50, retentionMs: 300, replayCache: false })
+    // A lease that a loaded machine cannot outrun between two statements, and a retention a test can wait out.
+    const { engine } = engineFor(db.pool, { leaseMs: 2_000, retentionMs: 2_500, replayCache: false })
     const key = freshKey()
-    await engine.execute(input(key))
+    expect(await engine.execute(input(key))).toMatchObject({ kind: 'executed' })
     expect(await engine.execute(input(key))).toMatchObject({ kind: 'replayed' })
-    await sleep(350)
+    await sleep(2_600)
     expect(await engine.execute(input(key, { handler: pay(`${key}-again`) }))).toMatchObject({
       kind: 'executed',
     })

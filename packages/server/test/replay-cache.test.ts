@@ -78,7 +78,7 @@ describe('replay cache', () => {
   })
 
   it('never answers past the record expiry: the key executes again once it expired', async () => {
-    const { engine } = engineFor(db.pool, { leaseMs: 100, retentionMs: 1_500 })
+    const { engine } = engineFor(db.pool, { leaseMs: 1_000, retentionMs: 1_500 })
     const key = freshKey()
     await engine.execute(input(key))
     expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0)

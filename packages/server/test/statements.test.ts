@@ -97,7 +97,7 @@ for (const preparedStatements of [true, false]) {
       replayCache: false,
       hooks: { beforeCommit: () => (paused ? sleep(400) : undefined) },
     })
-    const fast = createEngine({ store, reservation, leaseMs: 100, replayCache: false })
+    const fast = createEngine({ store, reservation, leaseMs: 5_000, replayCache: false })
     const key = freshKey()
     const input = (who: string) => ({
       scope: 's',

@@ -3,7 +3,8 @@
  * what clients were told and what the ledger holds, so the same inputs always give the same verdict.
  *
  * Effects are tied to intents by `(tenant, reference)`: the generator sets each request's `reference` to its
- * intent id (a `reordered` probe keeps its original's reference; a `changed-payload` probe gets its own).
+ * intent id (`reordered` and `expired-replay` probes keep their original's reference; a `changed-payload` probe gets
+ * its own).
  */
 import { canonicalJson } from '@oncely/protocol'
 import type { AttemptEvent, DrainEvent, HistoryEvent, IntentEvent, ObservedResponse } from './history.js'
@@ -74,9 +75,10 @@ export const INTENT_CLASSES: readonly IntentClass[] = [
   'unexpected',
 ]
 
-/** The rules of issue 6, one name each; docs/chaos.md explains them. */
+/** The rules, one name each; docs/chaos.md explains them. */
 export type Rule =
   | 'duplicate-payment'
+  | 'duplicate-payment-for-charge'
   | 'duplicate-charge'
   | 'lost-acknowledged'
   | 'acks-disagree'
@@ -151,8 +153,8 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     const paid = payments.get(ref) ?? []
     const charged = charges.get(ref) ?? []
     const kind = intent.invoke.kind ?? 'normal'
-    // A reordered probe shares its original's effect; only the original answers for the effect count.
-    const ownsEffect = kind !== 'reordered'
+    // Reordered and expired-replay probes share their original's effect; only the original answers for its count.
+    const ownsEffect = kind === 'normal' || kind === 'changed-payload'
 
     if (ownsEffect && paid.length > 1) {
       violations.push({ ...base, rule: 'duplicate-payment', message: `${paid.length} payments`, rows: paid })
@@ -273,6 +275,7 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
       violations.push({ rule: 'effect-without-intent', message: 'charge nobody asked for', lines: [], rows })
     }
   }
+  violations.push(...checkPaymentPerCharge(db))
   violations.push(...checkOutbox(db))
   for (const row of db.keys.filter((row) => row.state === 'in_progress')) {
     violations.push({
@@ -366,6 +369,28 @@ function matchesPayment(body: unknown, row: PaymentRow): boolean {
     (b.reference ?? null) === row.reference &&
     (b.chargeId ?? null) === row.chargeId
   )
+}
+
+/**
+ * The ledger's natural key: one payment per tenant and provider charge, whoever asked. A retry whose key expired is
+ * a new request with the same provider charge, so this is what tells a second payment for it.
+ */
+function checkPaymentPerCharge(db: FinalDb): Violation[] {
+  const violations: Violation[] = []
+  const byCharge = groupBy(
+    db.payments.filter((row) => row.chargeId !== null),
+    (row) => scoped(row.tenantId, row.chargeId),
+  )
+  for (const rows of byCharge.values()) {
+    if (rows.length < 2) continue
+    violations.push({
+      rule: 'duplicate-payment-for-charge',
+      message: `${rows.length} payments for charge ${rows[0]!.chargeId}`,
+      lines: [],
+      rows,
+    })
+  }
+  return violations
 }
 
 function checkOutbox(db: FinalDb): Violation[] {

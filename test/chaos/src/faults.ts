@@ -23,6 +23,7 @@ export const FAULT_KINDS = [
   ...WORKER_CRASH_POINTS.map((step) => `kill-worker-${step}` as const),
   'changed-payload',
   'reordered-payload',
+  'expired-replay',
 ] as const
 
 export type FaultKind = (typeof FAULT_KINDS)[number]

@@ -5,7 +5,11 @@
  * each key from the intent id. Probes reuse an earlier intent's key (the driver learns it from the history): a
  * `changed-payload` probe changes the amount and gets its own reference (it must be refused with 422 and leave
  * nothing behind); a `reordered` probe sends the original body with its members in another
- * order (canonically equal, so it must get the original's stored response).
+ * order (canonically equal, so it must get the original's stored response); an `expired-replay` probe sends the
+ * original body again once the original's key has expired (the driver waits for that), so the server treats it as a
+ * new request and only the ledger's natural key stands between it and a second payment. It must get the original's
+ * answer. An original is the target of at most one `expired-replay` probe, and of no other probe after it (a later
+ * probe would renew the key the replay needs expired).
  */
 import type { IntentKind, PaymentBody } from './history.js'
 import type { Random } from './random.js'
@@ -28,6 +32,8 @@ export interface PlanOptions {
   changedPayloadRate?: number
   /** Share of intents that are `reordered` probes. @default 0.05 */
   reorderedRate?: number
+  /** Share of intents that are `expired-replay` probes. @default 0.03 */
+  expiredReplayRate?: number
   /** Share of normal intents whose amount is above 1,000,000, which the provider declines (402). @default 0.05 */
   declineRate?: number
 }
@@ -42,26 +48,42 @@ const FORCED_PROBES_AFTER = 3
 export function planIntents(random: Random, options: PlanOptions): PlannedIntent[] {
   const changedRate = options.changedPayloadRate ?? 0.05
   const reorderedRate = options.reorderedRate ?? 0.05
+  const expiredRate = options.expiredReplayRate ?? 0.03
   const declineRate = options.declineRate ?? 0.05
   const plan: PlannedIntent[] = []
   const originals: PlannedIntent[] = []
-  // Each enabled probe kind at least once, early (once a few originals exist), so a short run probes both.
+  // Originals that no probe targeted yet (an expired-replay needs one), and those an expired-replay took.
+  const unprobed = new Set<PlannedIntent>()
+  // Each enabled probe kind at least once, early (once a few originals exist), so a short run probes each.
   const owed = new Set<IntentKind>()
   if (changedRate > 0) owed.add('changed-payload')
   if (reorderedRate > 0) owed.add('reordered')
+  if (expiredRate > 0) owed.add('expired-replay')
   for (let n = 1; n <= options.intents; n++) {
     const id = `i${String(n).padStart(5, '0')}`
     const draw = random.next()
-    const original = originals.length > 0 ? random.pick(originals) : undefined
     const due = originals.length >= FORCED_PROBES_AFTER ? [...owed][0] : undefined
-    const kind =
+    let kind: IntentKind =
       due ??
-      (original && draw < changedRate
+      (draw < changedRate
         ? 'changed-payload'
-        : original && draw < changedRate + reorderedRate
+        : draw < changedRate + reorderedRate
           ? 'reordered'
-          : 'normal')
+          : draw < changedRate + reorderedRate + expiredRate
+            ? 'expired-replay'
+            : 'normal')
+    const candidates = kind === 'expired-replay' ? [...unprobed] : originals
+    const original = candidates.length > 0 ? random.pick(candidates) : undefined
+    if (!original) kind = 'normal'
     owed.delete(kind)
+    if (original && kind !== 'normal') {
+      unprobed.delete(original)
+      if (kind === 'expired-replay') originals.splice(originals.indexOf(original), 1)
+    }
+    if (original && kind === 'expired-replay') {
+      plan.push({ ...probe(id, original, 'expired-replay'), body: { ...original.body } })
+      continue
+    }
     if (original && kind === 'changed-payload') {
       const amount = original.body.amount === 1 ? 2 : original.body.amount - 1
       plan.push({
@@ -88,6 +110,7 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
     }
     plan.push(intent)
     originals.push(intent)
+    unprobed.add(intent)
   }
   return plan
 }

@@ -28,9 +28,11 @@ export interface ObservedResponse {
 /**
  * Why the generator made this intent. `normal` intents have their own key. The probes reuse an earlier intent's key:
  * `changed-payload` with a different body (the server must answer 422 and do nothing), `reordered` with the same
- * body, members in another order (canonically equal, so it must replay the stored response).
+ * body, members in another order (canonically equal, so it must replay the stored response), `expired-replay` with
+ * the same body once the key has expired (a new request to the server, which must still answer as it did the first
+ * time and book nothing new).
  */
-export type IntentKind = 'normal' | 'changed-payload' | 'reordered'
+export type IntentKind = 'normal' | 'changed-payload' | 'reordered' | 'expired-replay'
 
 interface EventBase {
   /** 1-based line number in history.jsonl, assigned by the writer. */

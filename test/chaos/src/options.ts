@@ -23,6 +23,16 @@ export interface ChaosOptions {
   idempotency: boolean
   /** `false` runs the demo without fencing its completions: a paused server's late write must be caught. @default true */
   fencing: boolean
+  /**
+   * `false` runs the demo without its ledger's natural key (one payment per tenant and charge): a retry after its key
+   * expired must then be caught booking a second payment. @default true
+   */
+  backstop: boolean
+  /**
+   * How long the demo replays a finished key (`ONCELY_RETENTION_MS`). Short, so keys expire during the run: late
+   * retries and `expired-replay` probes reach the server as new requests. @default 45 s
+   */
+  retentionMs: number
   /** The engine's reservation protocol in the demo (`ONCELY_RESERVATION`). @default 'row' */
   reservation: 'row' | 'lock'
   /** API instances behind the proxies. @default 2 */
@@ -32,6 +42,9 @@ export interface ChaosOptions {
   /** Directory for the history, logs, report and database dump. @default test/chaos/runs/<time>-seed-<seed> */
   runDir: string
 }
+
+/** Keys expire within a quick run, and a probe budget (about 20 s) fits well inside a key's life. */
+const DEFAULT_RETENTION_MS = 45_000
 
 const TIERS: Record<Tier, { intents: number; durationMs: number }> = {
   quick: { intents: 200, durationMs: 60_000 },
@@ -47,6 +60,8 @@ export const USAGE = `Usage: pnpm chaos [options]
   --report <file>       JSON report path (default: <run dir>/report.json)
   --idempotency off     run the demo without idempotency (the checker must fail)
   --fencing off         run the demo without fencing (the checker must fail)
+  --backstop off        run the demo without its ledger's natural key (the checker must fail)
+  --retention <time>    how long the demo replays a finished key (default: 45s)
   --reservation row|lock  the engine's reservation protocol (default: row)
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
@@ -70,6 +85,8 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
       report: { type: 'string' },
       idempotency: { type: 'string' },
       fencing: { type: 'string' },
+      backstop: { type: 'string' },
+      retention: { type: 'string' },
       reservation: { type: 'string' },
       servers: { type: 'string' },
       workers: { type: 'string' },
@@ -92,6 +109,8 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     report: values.report ?? join(runDir, 'report.json'),
     idempotency: onOff('--idempotency', values.idempotency),
     fencing: onOff('--fencing', values.fencing),
+    backstop: onOff('--backstop', values.backstop),
+    retentionMs: values.retention === undefined ? DEFAULT_RETENTION_MS : parseRetention(values.retention),
     reservation: parseReservation(values.reservation),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
     workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
@@ -117,6 +136,9 @@ export function reproduceCommand(options: ChaosOptions): string {
     args.push(`--faults ${options.faults.join(',') || 'none'}`)
   if (!options.idempotency) args.push('--idempotency off')
   if (!options.fencing) args.push('--fencing off')
+  if (!options.backstop) args.push('--backstop off')
+  if (options.retentionMs !== DEFAULT_RETENTION_MS)
+    args.push(`--retention ${Math.round(options.retentionMs / 1000)}s`)
   if (options.reservation !== 'row') args.push(`--reservation ${options.reservation}`)
   return args.join(' ')
 }
@@ -129,12 +151,19 @@ function integer(name: string, text: string, min: number, max: number): number {
   return value
 }
 
-function parseDuration(text: string): number {
+function parseDuration(text: string, name = '--duration'): number {
   const match = /^(\d+)(ms|s|m|h)?$/.exec(text)
-  if (!match) throw new TypeError(`Expected \`--duration\` like 500ms, 90s, 10m or 1h, got ${text}.`)
+  if (!match) throw new TypeError(`Expected \`${name}\` like 500ms, 90s, 10m or 1h, got ${text}.`)
   const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] ?? 's']!
   const value = Number(match[1]) * unit
-  if (value < 1000) throw new TypeError('Expected `--duration` to be at least 1s.')
+  if (value < 1000) throw new TypeError(`Expected \`${name}\` to be at least 1s.`)
+  return value
+}
+
+/** At least 5 s: more than the demo's 2 s lease in a chaos run (the engine refuses a retention within its lease). */
+function parseRetention(text: string): number {
+  const value = parseDuration(text, '--retention')
+  if (value < 5_000) throw new TypeError('Expected `--retention` to be at least 5s (the lease is 2s).')
   return value
 }
 

@@ -155,6 +155,7 @@ export async function run(
           DATABASE_URL: proxiedDbUrl.toString(),
           LOG_LEVEL: 'warn',
           ONCELY_LEASE_MS: String(LEASE_MS),
+          ONCELY_RETENTION_MS: String(options.retentionMs),
           ONCELY_PROVIDER_FAILURE_RATE: healed ? '0' : '0.03',
           // A provider that takes time keeps requests in flight, so a pause is likely to catch one mid-protocol.
           ONCELY_PROVIDER_DELAY_MS: healed ? '0' : '100',
@@ -165,6 +166,7 @@ export async function run(
           ...stallEnv(i),
           ...(options.idempotency ? {} : { ONCELY_UNSAFE_DISABLE_IDEMPOTENCY: '1' }),
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
+          ...(options.backstop ? {} : { ONCELY_UNSAFE_DISABLE_BACKSTOP: '1' }),
           ONCELY_RESERVATION: options.reservation,
         }),
         onLine: (line) => {
@@ -232,7 +234,8 @@ export async function run(
 
     // Client workers; one tenant each; restarted and resumed after a crash point kills them.
     const keys = new Map<string, string>()
-    const settled = new Set<string>()
+    /** When each intent first settled (ok or fail), by the driver's clock. */
+    const settledAt = new Map<string, number>()
     const answered = new Set<string>()
     const drained = new Map<string, string[]>()
     const workerRandom = random.fork('workers')
@@ -273,7 +276,7 @@ export async function run(
           if ((event.type === 'attempt' || event.type === 'intent') && event.key)
             keys.set(event.intent, event.key)
           if (event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'))
-            settled.add(event.intent)
+            if (!settledAt.has(event.intent)) settledAt.set(event.intent, Date.now())
           if (event.type === 'intent' && event.phase !== 'invoke') answered.add(event.intent)
           record(name, event)
         },
@@ -348,23 +351,46 @@ export async function run(
       workers: options.workers,
       changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
       reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
+      expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
     })
     // Like an app that retries its pending intents when the connection comes back: without it an intent whose
     // retries ran out during an outage would wait for the drain, and little would settle under faults.
     const resumer = setInterval(() => {
       for (const worker of workers) worker.send(JSON.stringify({ type: 'resume' }))
     }, RESUME_EVERY_MS)
+    /**
+     * Whether a probe can go now. Its original must have settled (so the key is taken). An expired replay must
+     * also reach a key that no longer lives: the key that answered the original was reserved before it settled, so
+     * it has expired once the retention has passed since; the table confirms it (or the reaper deleted the row).
+     */
+    const readiness = async (intent: PlannedIntent, final: boolean): Promise<Readiness> => {
+      const key = keys.get(intent.of!)
+      const settled = settledAt.get(intent.of!)
+      if (!key || settled === undefined) return final ? 'never' : 'wait'
+      if (intent.kind !== 'expired-replay') return 'send'
+      if (Date.now() < settled + options.retentionMs) return 'wait'
+      const { rows } = await db.pool.query(
+        'SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()',
+        [intent.tenant, key],
+      )
+      return rows.length === 0 ? 'send' : 'wait'
+    }
     const io = {
       keys,
-      settled,
+      readiness,
       send: (intent: PlannedIntent, command: Command) =>
         workers[intent.worker]!.send(JSON.stringify(command)),
-      probeSent: (intent: PlannedIntent, kind: ProbeKind) => fault('generator', kind, intent.id),
+      probeSent: (intent: PlannedIntent) => {
+        probed.add(intent.kind)
+        fault('generator', PROBE_FAULTS[intent.kind as ProbeIntentKind], intent.id)
+      },
     }
+    const probed = new Set<PlannedIntent['kind']>()
     const late = await dispatch(plan, {
       ...io,
       spacingMs: (options.durationMs * 0.6) / Math.max(1, options.intents),
       probeDeadline: faultPhase + options.durationMs,
+      final: false,
     })
     const remaining = options.durationMs - (Date.now() - faultPhase)
     if (remaining > 0) await new Promise((r) => setTimeout(r, remaining))
@@ -392,11 +418,18 @@ export async function run(
       if ([...drained.values()].every((pending) => pending.length === 0)) break
       await new Promise((r) => setTimeout(r, 2000))
     }
-    // Probes whose original only settled in the drain: sent now, so every run probes each kind it planned.
+    // Probes whose original only settled in the drain (or whose key had not expired yet): those ready are sent now,
+    // so every run probes each kind it planned. Only when no expired replay could be sent during the fault phase do
+    // the late ones wait for their keys to expire (at most one retention), so the drain is not usually longer.
     if (late.length > 0) {
-      const sent = await dispatch(late, { ...io, spacingMs: 50, probeDeadline: 0 }).then((unsent) =>
-        late.filter((intent) => !unsent.includes(intent)),
-      )
+      const awaitExpiry =
+        !probed.has('expired-replay') && late.some((intent) => intent.kind === 'expired-replay')
+      const sent = await dispatch(late, {
+        ...io,
+        spacingMs: 50,
+        probeDeadline: awaitExpiry ? Date.now() + options.retentionMs + 2_000 : 0,
+        final: true,
+      }).then((unsent) => late.filter((intent) => !unsent.includes(intent)))
       await waitFor(() => sent.every((intent) => answered.has(intent.id)), 120_000)
     }
     shuttingDown = true
@@ -441,23 +474,34 @@ export async function run(
 type Command =
   | { type: 'request'; intent: string; body: PlannedIntent['body'] }
   | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
-type ProbeKind = 'changed-payload' | 'reordered-payload'
+type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal'>
+/** The fault each probe kind is counted as. */
+const PROBE_FAULTS = {
+  'changed-payload': 'changed-payload',
+  reordered: 'reordered-payload',
+  'expired-replay': 'expired-replay',
+} as const satisfies Record<ProbeIntentKind, string>
+/** `send` now, `wait` for a later turn, or `never` (its key can no longer be what the probe needs). */
+type Readiness = 'send' | 'wait' | 'never'
 
 /**
- * Sends the plan in order, one every `spacingMs`. A probe waits until its original has settled, so the key is
- * already taken when it arrives (a probe that overtook its original would itself be the first use of the key, and
- * the original would rightly be the one refused); a probe whose original has not settled by `probeDeadline` is
- * returned instead, so a hard fault mix cannot stretch the fault phase.
+ * Sends the plan in order, one every `spacingMs`. A probe waits until it is ready (see `readiness` in `run`): its
+ * original has settled, so the key is already taken when it arrives (a probe that overtook its original would itself
+ * be the first use of the key, and the original would rightly be the one refused), and its key lives or has expired
+ * as the probe needs. A probe still waiting at `probeDeadline`, or one that can never be ready, is returned unsent,
+ * so a hard fault mix cannot stretch the fault phase.
  */
 async function dispatch(
   plan: PlannedIntent[],
   io: {
     spacingMs: number
     probeDeadline: number
+    /** The originals that have not settled never will (the drain is over). */
+    final: boolean
     keys: ReadonlyMap<string, string>
-    settled: ReadonlySet<string>
+    readiness(intent: PlannedIntent, final: boolean): Promise<Readiness>
     send(intent: PlannedIntent, command: Command): boolean
-    probeSent(intent: PlannedIntent, kind: ProbeKind): void
+    probeSent(intent: PlannedIntent): void
   },
 ): Promise<PlannedIntent[]> {
   const queue = [...plan]
@@ -468,17 +512,19 @@ async function dispatch(
       // A worker being restarted cannot take it now; it goes to the back of the queue.
       if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(intent)
     } else {
-      const key = io.settled.has(intent.of!) ? io.keys.get(intent.of!) : undefined
+      const ready = await io.readiness(intent, io.final)
       const command = {
         type: 'probe' as const,
         intent: intent.id,
         of: intent.of!,
         kind: intent.kind,
-        key: key!,
+        key: io.keys.get(intent.of!)!,
         body: intent.body,
       }
-      if (key && io.send(intent, command)) {
-        io.probeSent(intent, intent.kind === 'reordered' ? 'reordered-payload' : 'changed-payload')
+      if (ready === 'send' && io.send(intent, command)) {
+        io.probeSent(intent)
+      } else if (ready === 'never') {
+        late.push(intent)
       } else if (Date.now() < io.probeDeadline) {
         queue.push(intent)
       } else {

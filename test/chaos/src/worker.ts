@@ -8,8 +8,9 @@
  * - `{"type":"request","intent":"i00001","body":{...}}`: a user intent, through `client.request` with
  *   `intentId` = the intent id (the key is derived from it).
  * - `{"type":"probe","intent":"i00042","kind":"changed-payload","key":"<original key>","body":{...}}`: the same
- *   key with another body (or the same body in another member order), sent raw the way a buggy or foreign client
- *   would, because the SDK refuses a changed payload locally before it reaches the server.
+ *   key with another body (or the same body in another member order, or the same body after the key expired), sent
+ *   raw the way a buggy or foreign client would, because the SDK refuses a changed payload locally before it
+ *   reaches the server and settles an intent only once.
  * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"heal"}`: no more crash points.
  *   `{"type":"drain"}`: resume, then report `pending()`.
  */
@@ -29,7 +30,7 @@ type Command =
       type: 'probe'
       intent: string
       of: string
-      kind: 'changed-payload' | 'reordered'
+      kind: 'changed-payload' | 'reordered' | 'expired-replay'
       key: string
       body: PaymentBody
     }

@@ -190,6 +190,37 @@ describe('check: valid histories', () => {
     expect(result.classes).toEqual({ i1: 'ok', p1: 'ok', p2: 'ok' })
   })
 
+  it('accepts an expired-replay probe answered with the original payment, the ledger unchanged', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke('p1', body('i1'), { key: 'k-i1', kind: 'expired-replay', of: 'i1' })
+    h.settle('p1', 'ok', created(row), 'k-i1')
+    const result = check(h.events, ledger([row]))
+    expect(result.violations).toEqual([])
+    expect(result.classes).toEqual({ i1: 'ok', p1: 'ok' })
+  })
+
+  it('accepts a changed payload that met an expired key: refused by the provider (500), nothing booked', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 99, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.attempt('p1', 1, { status: 500, body: { code: 'internal' } }, 'k-i1')
+    h.settle('p1', 'info', undefined, 'k-i1')
+    const db = ledger([row])
+    db.keys = [{ ...db.keys[0]!, state: 'failed_retryable', responseStatus: null, responseBody: null }]
+    const result = check(h.events, db)
+    expect(result.violations).toEqual([])
+    expect(result.classes.p1).toBe('aborted')
+  })
+
   it('takes the key from the first attempt when the SDK derived it after the invoke', () => {
     const h = history()
     const row = payment('i1', 1)
@@ -223,6 +254,33 @@ describe('check: valid histories', () => {
 })
 
 describe('check: histories that must produce violations', () => {
+  it('reports a second payment for one charge (an expired-replay booked without the natural key)', () => {
+    const h = history()
+    const first = payment('i1', 1)
+    const second = payment('i1', 2, { chargeId: first.chargeId })
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(first))
+    h.invoke('p1', body('i1'), { key: 'k-i1', kind: 'expired-replay', of: 'i1' })
+    h.settle('p1', 'ok', created(second), 'k-i1')
+    const db = ledger([first, second])
+    db.charges = [db.charges[0]!]
+    db.keys = [db.keys[1]!]
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual([
+      'ack-differs-from-stored',
+      'acks-disagree',
+      'duplicate-payment',
+      'duplicate-payment-for-charge',
+    ])
+    const perCharge = result.violations.find((v) => v.rule === 'duplicate-payment-for-charge')!
+    expect(perCharge.rows).toEqual([first, second])
+    expect(result.classes.i1).toBe('duplicated')
+    // The probe shares its original's effect: the duplicate is counted once, against the original.
+    expect(result.violations.filter((v) => v.rule === 'duplicate-payment').map((v) => v.intent)).toEqual([
+      'i1',
+    ])
+  })
+
   it('reports a duplicate payment and charge (what idempotency off produces) and classifies it duplicated', () => {
     const h = history()
     const first = payment('i1', 1)

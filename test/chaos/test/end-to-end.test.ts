@@ -1,8 +1,8 @@
 /**
  * The suite end to end, real runs (API processes, workers, proxies, Postgres), one after another in this file so
  * they do not compete for the CPU: the quick tier with every fault kind must pass with each kind counted, and the
- * suite must prove it can fail: runs against the demo with its idempotency layer or its fencing switched off have
- * to end in violations.
+ * suite must prove it can fail: runs against the demo with its idempotency layer, its fencing or its ledger's
+ * natural key switched off have to end in violations.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -75,6 +75,8 @@ describe('a sabotaged demo', () => {
   }, 300_000)
 
   it('is caught with fencing off: a handler stalled past its lease completes after its successor', async () => {
+    // The ledger's natural key would turn the stalled handler's late write into the payment its successor recorded
+    // (that is its job), so it is off too: what is left to catch the late write is the checker.
     const options = parseOptions(
       [
         '--seed=4',
@@ -82,6 +84,7 @@ describe('a sabotaged demo', () => {
         '--duration=30s',
         '--faults=stall-server',
         '--fencing=off',
+        '--backstop=off',
         `--run-dir=${join(dir, 'fencing-off')}`,
       ],
       dir,
@@ -90,5 +93,27 @@ describe('a sabotaged demo', () => {
     expect(report.faults['stall-server']).toBeGreaterThan(0)
     expect(report.valid).toBe(false)
     expect(report.violations.map((v) => v.rule)).toEqual(expect.arrayContaining(['duplicate-payment']))
+  }, 300_000)
+
+  it("is caught with the ledger's natural key off: a retry after its key expired books a second payment", async () => {
+    const options = parseOptions(
+      [
+        '--seed=3',
+        '--intents=12',
+        '--duration=15s',
+        '--workers=2',
+        '--retention=5s',
+        '--faults=expired-replay',
+        '--backstop=off',
+        `--run-dir=${join(dir, 'backstop-off')}`,
+      ],
+      dir,
+    )
+    const report = await run(options, () => {})
+    expect(report.faults['expired-replay']).toBeGreaterThan(0)
+    expect(report.valid).toBe(false)
+    expect(report.violations.map((v) => v.rule)).toEqual(
+      expect.arrayContaining(['duplicate-payment-for-charge', 'duplicate-payment']),
+    )
   }, 300_000)
 })

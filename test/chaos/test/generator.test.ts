@@ -44,16 +44,31 @@ describe('planIntents', () => {
     }
   })
 
+  it('makes expired-replay probes: the original body exactly, of an original no probe touches before or after', () => {
+    const intents = plan(5)
+    const probes = intents.filter((i) => i.kind === 'expired-replay')
+    expect(probes.length).toBeGreaterThan(3)
+    for (const p of probes) {
+      const original = intents.find((i) => i.id === p.of)!
+      expect([p.tenant, p.worker]).toEqual([original.tenant, original.worker])
+      expect(JSON.stringify(p.body)).toBe(JSON.stringify(original.body))
+      expect(intents.filter((i) => i.of === original.id)).toEqual([p])
+    }
+  })
+
   it('makes one probe of each enabled kind early, whatever the seed', () => {
     for (let seed = 0; seed < 50; seed++) {
       const intents = planIntents(createRandom(seed), { intents: 10, workers: 2 })
-      expect(intents.map((i) => i.kind)).toEqual(expect.arrayContaining(['changed-payload', 'reordered']))
+      expect(intents.map((i) => i.kind)).toEqual(
+        expect.arrayContaining(['changed-payload', 'reordered', 'expired-replay']),
+      )
     }
     const none = planIntents(createRandom(1), {
       intents: 50,
       workers: 2,
       changedPayloadRate: 0,
       reorderedRate: 0,
+      expiredReplayRate: 0,
     })
     expect(none.every((i) => i.kind === 'normal')).toBe(true)
   })

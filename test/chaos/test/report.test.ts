@@ -18,6 +18,8 @@ describe('parseOptions', () => {
       durationMs: 60_000,
       idempotency: true,
       fencing: true,
+      backstop: true,
+      retentionMs: 45_000,
       reservation: 'row',
       servers: 2,
       workers: 3,
@@ -51,6 +53,10 @@ describe('parseOptions', () => {
       fencing: false,
       reservation: 'row',
     })
+    expect(parseOptions(['--backstop', 'off', '--retention', '10s', '--seed', '1'], ROOT)).toMatchObject({
+      backstop: false,
+      retentionMs: 10_000,
+    })
     expect(parseOptions(['--faults', 'none', '--seed', '1'], ROOT).faults).toEqual([])
   })
 
@@ -62,6 +68,8 @@ describe('parseOptions', () => {
     expect(() => parseOptions(['--faults', 'drop-response,meteor'], ROOT)).toThrow(/Unknown fault `meteor`/)
     expect(() => parseOptions(['--idempotency', 'no'], ROOT)).toThrow(/`--idempotency`/)
     expect(() => parseOptions(['--servers', '1'], ROOT)).toThrow(/`--servers`/)
+    expect(() => parseOptions(['--backstop', 'no'], ROOT)).toThrow(/`--backstop`/)
+    expect(() => parseOptions(['--retention', '2s'], ROOT)).toThrow(/`--retention` to be at least 5s/)
     expect(() => parseOptions(['--colour'], ROOT)).toThrow()
   })
 
@@ -78,13 +86,17 @@ describe('parseOptions', () => {
         'delay,restart-db',
         '--fencing',
         'off',
+        '--backstop',
+        'off',
+        '--retention',
+        '20s',
       ],
       ROOT,
       NOW,
     )
     const command = reproduceCommand(options)
     expect(command).toBe(
-      'pnpm chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off',
+      'pnpm chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off --backstop off --retention 20s',
     )
     const again = parseOptions(command.split(' ').slice(2), ROOT, NOW)
     expect(again).toEqual(options)

@@ -7,7 +7,8 @@
 import type { ExecutionContext, HandlerResponse } from '@oncely/server'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
-import type { Payment, PaymentState } from '../payment-steps.js'
+import { findPayment } from '../ledger.js'
+import type { PaymentState } from '../payment-steps.js'
 import { demoProblem, sendProblem } from '../problems.js'
 import { type PaymentBody, paymentBodySchema } from './schemas.js'
 
@@ -31,25 +32,6 @@ export interface PaymentExecutionSource {
   ): Promise<HandlerResponse>
 }
 
-interface PaymentRow {
-  id: string
-  amount: string
-  currency: string
-  reference: string | null
-  charge_id: string
-}
-
-function toPayment(row: PaymentRow): Payment {
-  return {
-    id: row.id,
-    amount: Number(row.amount),
-    currency: row.currency,
-    reference: row.reference,
-    status: 'succeeded',
-    chargeId: row.charge_id,
-  }
-}
-
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 /** Registers the payment routes. */
@@ -68,13 +50,8 @@ export function registerPaymentRoutes(app: FastifyInstance, options: PaymentRout
 
   app.get<{ Params: { id: string } }>('/v1/payments/:id', async (request, reply) => {
     const { id } = request.params
-    if (UUID.test(id)) {
-      const { rows } = await pool.query<PaymentRow>(
-        'SELECT id, amount, currency, reference, charge_id FROM payments WHERE id = $1 AND tenant_id = $2',
-        [id, request.tenant],
-      )
-      if (rows[0]) return toPayment(rows[0])
-    }
+    const payment = UUID.test(id) ? await findPayment(pool, request.tenant, id) : undefined
+    if (payment) return payment
     // Another tenant's payment is "not found", not "forbidden": its existence is not ours to reveal.
     return sendProblem(reply, demoProblem('not_found', `No payment ${id}.`))
   })

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import type pg from 'pg'
+import type { ChaosConfig } from '../../src/config.js'
 import type { Provider } from '../../src/provider.js'
 
 /** A provider randomness source that replays queued draws, then never fails (draws 0.99). */
@@ -64,4 +65,22 @@ export async function recoveryPoint(
     [tenant, key],
   )
   return rows[0]?.recovery_point ? JSON.parse(rows[0].recovery_point) : null
+}
+
+/** A chaos configuration with no fault armed and every safety on, except what `unsafe` turns off. */
+export function chaosConfig(
+  unsafe: Partial<Pick<ChaosConfig, 'disableIdempotency' | 'disableFencing' | 'disableBackstop'>>,
+): ChaosConfig {
+  return {
+    crashAt: new Set(),
+    crashRate: 1,
+    delayAt: new Set(),
+    delayMs: 0,
+    delayRate: 1,
+    seed: undefined,
+    disableIdempotency: false,
+    disableFencing: false,
+    disableBackstop: false,
+    ...unsafe,
+  }
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass, Outcome } from '../engine/types.js'
@@ -20,7 +21,8 @@ export interface MessageContext {
  * What happened to one delivery, and what to tell the broker:
  * `processed` and `duplicate` → ack; `rejected` → ack or dead-letter (a stored permanent failure, replayed on every
  * redelivery); `busy`, `failed`, `unavailable` → nak with `retryAfterMs` (the message must be delivered again);
- * `mismatch` → the id was already used for another payload: a producer bug, dead-letter it.
+ * `mismatch` → the id was already used for another payload: nothing was applied and the inbox reported it (see
+ * {@link InboxOptions.onEvent}); keep the message for an operator (a delayed nak, a dead-letter subject).
  */
 export type ConsumeResult<T = unknown> =
   | { kind: 'processed'; result: T }
@@ -33,7 +35,12 @@ export type ConsumeResult<T = unknown> =
 
 /** Options of {@link createInbox}. */
 export interface InboxOptions {
-  /** The engine whose table records consumed messages (`createEngine`; a dedicated table keeps volumes apart). */
+  /**
+   * The engine whose table records consumed messages (`createEngine`; a dedicated table keeps volumes apart). Give
+   * it `reservation: 'lock'`: a message then belongs to a delivery only while its transaction lives, so when the
+   * consumer's process dies the redelivery is applied at once; under `'row'` it answers `busy` until the dead
+   * delivery's lease (`leaseMs`) runs out.
+   */
   engine: Engine
   /** This consumer's name: the record's scope, so two consumers of one topic each process every message once. */
   consumer: string
@@ -43,7 +50,11 @@ export interface InboxOptions {
    * @default 604_800_000 (7 days)
    */
   retentionMs?: number
-  /** How long a delivery owns a message before a redelivery may take it over. Above the handler's p99. @default the engine's */
+  /**
+   * Under the engine's `reservation: 'row'`: how long a delivery owns a message before a redelivery may take it over
+   * (above the handler's p99; a redelivery after a crash waits this long). Not used by deliveries under `'lock'`.
+   * @default the engine's
+   */
   leaseMs?: number
   /**
    * Which handler errors are permanent (stored and answered `rejected` on every redelivery) rather than retryable.
@@ -52,6 +63,25 @@ export interface InboxOptions {
   classify?: (error: unknown) => ErrorClass
   /** Delay advised when a handler failed retryably. @default 1_000 */
   failureRetryAfterMs?: number
+  /**
+   * Receives what needs attention. Must not throw. When omitted, each event is written as one line to
+   * `console.error`, so a message that was not applied is never silent; pass your logger here instead.
+   * @default (event) => console.error(describeInboxEvent(event))
+   * @example
+   * createInbox({ engine, consumer: 'billing', onEvent: (event) => logger.error(event, describeInboxEvent(event)) })
+   */
+  onEvent?: (event: InboxEvent) => void
+}
+
+/**
+ * What an inbox reports. `mismatch`: the message id was consumed before with another payload, so this delivery was
+ * not applied. A producer reused an id, or a payload changed in transit: an operator decides which payload is right.
+ */
+export type InboxEvent = { type: 'mismatch'; consumer: string; topic: string; messageId: string }
+
+/** One line for a log: what happened to which message, and what to do about it. */
+export function describeInboxEvent(event: InboxEvent): string {
+  return `oncely inbox: message "${event.messageId}" on "${event.topic}" (consumer "${event.consumer}") was consumed before with another payload; this delivery was not applied. Check the producer; to apply the new payload, delete the record (scope "${event.consumer}", operation "${event.topic}", key "${event.messageId}") and redeliver.`
 }
 
 /** One delivery to consume. */
@@ -62,9 +92,11 @@ export interface ConsumeInput<T> {
   topic?: string
   /**
    * The message bytes or value. When given, its hash is the record's fingerprint, so the same id with another payload
-   * answers `mismatch` instead of silently skipping it. Omit it when a producer legitimately varies redeliveries.
+   * answers `mismatch` instead of silently skipping it. Bytes and strings are hashed exactly as given; any other
+   * value as its canonical JSON (RFC 8785), so equal values are one message whatever their member order. Omit it
+   * when a producer legitimately varies redeliveries.
    */
-  payload?: Uint8Array | string | object
+  payload?: Uint8Array | ArrayBuffer | string | object
   /** The effect. Its return value (JSON) is stored and returned to duplicates. */
   handler: (ctx: MessageContext) => Promise<T>
 }
@@ -78,11 +110,32 @@ export interface Inbox {
   consume<T = unknown>(input: ConsumeInput<T>): Promise<ConsumeResult<T>>
 }
 
-function fingerprintOf(payload: ConsumeInput<unknown>['payload']): string {
+/**
+ * The record's fingerprint of a payload: SHA-256 (hex) of the bytes or string as given, or of the canonical JSON
+ * (RFC 8785) of any other value, so two equal values differing only in member order are one message. A structured
+ * payload and its canonical JSON text hash alike.
+ *
+ * @throws {TypeError} naming `payload` when a value cannot be represented exactly in JSON (NaN, an integer beyond
+ * 2^53, a bigint): pass the message bytes instead.
+ */
+export function payloadFingerprint(payload: ConsumeInput<unknown>['payload']): string {
   const hash = createHash('sha256')
   if (payload === undefined) return hash.update('oncely:inbox:any-payload').digest('hex')
-  if (typeof payload === 'string' || payload instanceof Uint8Array) return hash.update(payload).digest('hex')
-  return hash.update(JSON.stringify(payload)).digest('hex')
+  if (typeof payload === 'string') return hash.update(payload).digest('hex')
+  if (ArrayBuffer.isView(payload)) {
+    return hash.update(new Uint8Array(payload.buffer, payload.byteOffset, payload.byteLength)).digest('hex')
+  }
+  if (payload instanceof ArrayBuffer) return hash.update(new Uint8Array(payload)).digest('hex')
+  let text: string
+  try {
+    text = canonicalJson(payload)
+  } catch (error) {
+    throw new TypeError(
+      `Expected \`payload\` to be a JSON value: ${(error as Error).message}. Pass the message bytes to fingerprint them as received.`,
+      { cause: error },
+    )
+  }
+  return hash.update(text).digest('hex')
 }
 
 function parseResult<T>(body: Buffer): T {
@@ -91,12 +144,14 @@ function parseResult<T>(body: Buffer): T {
 
 /**
  * The inbox pattern on the idempotency engine: scope = consumer, operation = topic, key = message id. The record is
- * reserved, then completed in the same transaction as the handler's effect; a crash before commit leaves nothing but
- * a lease that a redelivery takes over.
+ * reserved, then completed in the same transaction as the handler's effect. A crash before the commit leaves nothing
+ * under the engine's `reservation: 'lock'` (recommended here: the redelivery is applied at once), and under `'row'`
+ * a lease that a redelivery takes over once it runs out.
  *
  * @example
  * const inbox = createInbox({ engine, consumer: 'billing' })
- * const result = await inbox.consume({ messageId, topic: 'orders.created', payload: data, handler: async ({ tx }) => {
+ * const order = { id: 'o1', amount: 1250 }
+ * const result = await inbox.consume({ messageId: 'm1', topic: 'orders.created', payload: order, handler: async ({ tx }) => {
  *   await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [order.id])
  * } })
  */
@@ -113,6 +168,15 @@ export function createInbox(options: InboxOptions): Inbox {
   const failureRetryAfterMs = positiveInteger('failureRetryAfterMs', options.failureRetryAfterMs ?? 1_000)
   const classify = options.classify ?? (() => 'retryable' as const)
   if (typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function.')
+  const onEvent = options.onEvent ?? ((event: InboxEvent) => console.error(describeInboxEvent(event)))
+  if (typeof onEvent !== 'function') throw new TypeError('Expected `onEvent` to be a function.')
+  const report = (event: InboxEvent) => {
+    try {
+      onEvent(event)
+    } catch {
+      // An observer must not change what the broker is told.
+    }
+  }
 
   async function consume<T>(input: ConsumeInput<T>): Promise<ConsumeResult<T>> {
     if (typeof input?.messageId !== 'string' || input.messageId === '') {
@@ -124,7 +188,7 @@ export function createInbox(options: InboxOptions): Inbox {
       scope: consumer,
       operation: topic,
       key: input.messageId,
-      fingerprint: fingerprintOf(input.payload),
+      fingerprint: payloadFingerprint(input.payload),
       retentionMs,
       ...(leaseMs === undefined ? {} : { leaseMs }),
       classify,
@@ -147,7 +211,9 @@ export function createInbox(options: InboxOptions): Inbox {
         return { status: 200, body: result === undefined ? null : JSON.stringify(result) }
       },
     })
-    return toResult<T>(outcome, failureRetryAfterMs)
+    const result = toResult<T>(outcome, failureRetryAfterMs)
+    if (result.kind === 'mismatch') report({ type: 'mismatch', consumer, topic, messageId: input.messageId })
+    return result
   }
 
   return { consume }

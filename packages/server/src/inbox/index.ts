@@ -1,2 +1,9 @@
-export type { ConsumeInput, ConsumeResult, Inbox, InboxOptions, MessageContext } from './inbox.js'
-export { createInbox } from './inbox.js'
+export type {
+  ConsumeInput,
+  ConsumeResult,
+  Inbox,
+  InboxEvent,
+  InboxOptions,
+  MessageContext,
+} from './inbox.js'
+export { createInbox, describeInboxEvent } from './inbox.js'

@@ -1,8 +1,14 @@
+import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass } from '../engine/types.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
 
 /** Options of {@link createJobs}. */
 export interface JobsOptions {
+  /**
+   * The engine whose table records runs. Give it `reservation: 'lock'`: an occurrence then belongs to a run only
+   * while its transaction lives, so when the process running it dies the next trigger runs it at once; under
+   * `'row'` it answers `busy` until the dead run's lease runs out.
+   */
   engine: Engine
   /** The records' scope, separating jobs from other users of the engine's table. @default 'jobs' */
   scope?: string
@@ -12,35 +18,75 @@ export interface JobsOptions {
    * @default 2_592_000_000 (30 days)
    */
   retentionMs?: number
-  /** How long a run owns its occurrence before another trigger may take it over. Above the job's p99. @default the engine's */
+  /**
+   * Under the engine's `reservation: 'row'`: how long a run owns its occurrence before another trigger may take it
+   * over (above the job's p99). Not used under `'lock'`.
+   * @default the engine's
+   */
   leaseMs?: number
   /** Which job errors are permanent (stored, never re-run) rather than retryable. @default () => 'retryable' */
   classify?: (error: unknown) => ErrorClass
+  /**
+   * The width of a slot, in ms: `scheduledFor` is truncated to a multiple of it (from the Unix epoch), so triggers
+   * of one occurrence that carry slightly different times (a scheduler's jitter, another instance's clock) are one
+   * run. The default suits cron schedules (at most one occurrence per minute); a job that runs every 10 s needs
+   * `slotMs: 10_000` or less, and one that names its slots (`slot`) ignores it.
+   * @default 60_000
+   */
+  slotMs?: number
 }
 
-/** One occurrence of a scheduled job. */
-export interface RunOnceInput<T> {
+/** One occurrence of a scheduled job: name it with `slot`, or give its time as `scheduledFor`. */
+export type RunOnceInput<T> = {
   /** The job's stable name, such as `nightly-invoices`. */
   jobId: string
-  /** The occurrence: the time the schedule said it should run (not the time it actually started). */
-  scheduledFor: Date
   /** The work, on `ctx.tx`; its return value (JSON) is stored and returned to later triggers. */
   handler: (ctx: MessageContext) => Promise<T>
+} & (
+  | {
+      /**
+       * The occurrence: the time the schedule said it should run (not the time it actually started), truncated to
+       * `slotMs`, so `02:00:00.000` and `02:00:00.001` are the same run.
+       */
+      scheduledFor: Date
+      slot?: undefined
+    }
+  | {
+      /** The occurrence, named by you: `2026-01-05` for a nightly job, `invoice-run-42`. Used exactly as given. */
+      slot: string
+      scheduledFor?: undefined
+    }
+)
+
+/** The record key of an occurrence: the caller's slot, or the ISO time truncated to `slotMs`. */
+function slotKey(input: RunOnceInput<unknown>, slotMs: number): string {
+  if (input.slot !== undefined) {
+    if (typeof input.slot !== 'string' || input.slot === '') {
+      throw new TypeError('Expected `slot` to be a non-empty string.')
+    }
+    if (input.scheduledFor !== undefined) throw new TypeError('Expected `slot` or `scheduledFor`, not both.')
+    return input.slot
+  }
+  if (!(input.scheduledFor instanceof Date) || Number.isNaN(input.scheduledFor.getTime())) {
+    throw new TypeError('Expected `scheduledFor` to be a valid Date (or `slot` to be a string).')
+  }
+  const time = input.scheduledFor.getTime()
+  return new Date(time - (((time % slotMs) + slotMs) % slotMs)).toISOString()
 }
 
 /** Runs scheduled jobs at most once per occurrence. Create with {@link createJobs}. */
 export interface Jobs {
   /**
-   * Runs the occurrence `(jobId, scheduledFor)` unless it already ran: `processed` (ran now), `duplicate` (ran
+   * Runs the occurrence `(jobId, slot)` unless it already ran: `processed` (ran now), `duplicate` (ran
    * before; `result` is what it returned), `busy` (running elsewhere), or a failure to retry later.
    */
   runOnce<T = unknown>(input: RunOnceInput<T>): Promise<ConsumeResult<T>>
 }
 
 /**
- * Scheduled jobs on the engine: key = job id + scheduled time, so an at-least-once scheduler (several instances
- * firing the same cron, a retry after a crash) runs each occurrence once, with its effects in the same transaction
- * as the record.
+ * Scheduled jobs on the engine: key = job id + slot (the scheduled time truncated to `slotMs`, or a slot you name),
+ * so an at-least-once scheduler (several instances firing the same cron, a retry after a crash) runs each
+ * occurrence once, with its effects in the same transaction as the record.
  *
  * @example
  * const jobs = createJobs({ engine })
@@ -50,6 +96,7 @@ export interface Jobs {
 export function createJobs(options: JobsOptions): Jobs {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
+  const slotMs = positiveInteger('slotMs', options.slotMs ?? 60_000)
   const inbox = createInbox({
     engine: options.engine,
     consumer: options.scope ?? 'jobs',
@@ -62,11 +109,8 @@ export function createJobs(options: JobsOptions): Jobs {
       if (typeof input?.jobId !== 'string' || input.jobId === '') {
         throw new TypeError('Expected `jobId` to be a non-empty string.')
       }
-      if (!(input.scheduledFor instanceof Date) || Number.isNaN(input.scheduledFor.getTime())) {
-        throw new TypeError('Expected `scheduledFor` to be a valid Date.')
-      }
       return inbox.consume({
-        messageId: input.scheduledFor.toISOString(),
+        messageId: slotKey(input, slotMs),
         topic: input.jobId,
         handler: input.handler,
       })

@@ -13,10 +13,31 @@ export interface JetStreamPublisherOptions {
 }
 
 /**
+ * A publish found no stream listening on its subject. JetStream answers such a publish with "no responders", which
+ * the client reports as `JetStreamNotEnabled`; this error names the subject and the fix instead (the original is
+ * its `cause`).
+ */
+export class NoStreamForSubjectError extends Error {
+  override name = 'NoStreamForSubjectError' as const
+  /** The subject no stream covers. */
+  readonly subject: string
+  constructor(subject: string, options?: ErrorOptions) {
+    super(
+      `No JetStream stream covers the subject "${subject}", so the message was not stored. Create a stream whose subjects include it (for example \`await jsm.streams.add({ name: 'ORDERS', subjects: ['${subject}'] })\` with \`jsm = await jetstreamManager(nc)\`), or map the topic to a covered subject with \`jetStreamPublisher({ subject })\`. If no stream works at all, check that the server runs with JetStream enabled (\`nats-server -js\`).`,
+      options,
+    )
+    this.subject = subject
+  }
+}
+
+/**
  * Publishes outbox messages to JetStream with the outbox id as `Nats-Msg-Id`. A dispatcher that crashed after the
  * publish but before marking the row publishes it again; the stream drops that copy as a duplicate as long as it
  * arrives within the stream's `duplicate_window` (2 minutes by default: keep the dispatcher's `leaseMs` well below
  * it). Past the window, the consumer's inbox still makes the copy a no-op.
+ *
+ * A subject that no stream covers fails the attempt with a {@link NoStreamForSubjectError} (the dispatcher retries it
+ * and keeps the message in its `last_error`).
  *
  * @example
  * const js = jetstream(await connect({ servers: 'nats://127.0.0.1:4222' }))
@@ -36,11 +57,20 @@ export function jetStreamPublisher(options: JetStreamPublisherOptions): Publishe
       const h = natsHeaders()
       for (const [name, value] of Object.entries(message.headers)) h.set(name, value)
       if (message.aggregateKey !== null) h.set('Oncely-Aggregate-Key', message.aggregateKey)
-      await options.js.publish(subject(message), JSON.stringify(message.payload), {
-        msgID: message.id,
-        timeout,
-        headers: h,
-      })
+      const to = subject(message)
+      try {
+        await options.js.publish(to, JSON.stringify(message.payload), {
+          msgID: message.id,
+          timeout,
+          headers: h,
+        })
+      } catch (error) {
+        // "No responders" on a publish: nothing listens on the subject, which almost always means no stream covers it.
+        if ((error as Error | null)?.name === 'JetStreamNotEnabled') {
+          throw new NoStreamForSubjectError(to, { cause: error })
+        }
+        throw error
+      }
     },
   }
 }

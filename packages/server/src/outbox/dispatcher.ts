@@ -161,6 +161,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let running = false
   let loop: Promise<void> | undefined
   let listener: pg.PoolClient | undefined
+  let releaseListener: (() => Promise<void>) | undefined
   let notified = false
   let wake: (() => void) | undefined
   const onNotification = () => {
@@ -171,9 +172,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   async function ensureListening(): Promise<void> {
     if (options.listen === false || listener) return
     const client = await pool.connect()
+    // Attached only while the dispatcher holds the client: once released, its errors are the pool's.
     const onError = (error: Error) => {
       emit({ type: 'error', error })
       if (listener === client) listener = undefined
+      client.off('notification', onNotification)
+      client.off('error', onError)
       client.release(error)
     }
     try {
@@ -185,6 +189,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     client.on('notification', onNotification)
     client.on('error', onError)
     listener = client
+    releaseListener = async () => {
+      client.off('notification', onNotification)
+      let broken: Error | undefined
+      await client.query(`UNLISTEN ${quoteIdent(channel)}`).catch((error: Error) => {
+        broken = error
+      })
+      client.off('error', onError)
+      client.release(broken)
+    }
   }
 
   async function idle(): Promise<void> {
@@ -225,13 +238,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       wake?.()
       await loop
       loop = undefined
-      const client = listener
+      const release = listener ? releaseListener : undefined
       listener = undefined
-      if (client) {
-        client.off('notification', onNotification)
-        await client.query(`UNLISTEN ${quoteIdent(channel)}`).catch(() => {})
-        client.release()
-      }
+      releaseListener = undefined
+      await release?.()
     },
     dispatchOnce,
     async purgePublished(purge = {}) {

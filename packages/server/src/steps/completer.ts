@@ -1,25 +1,42 @@
 import { positiveInteger } from '../engine/options.js'
+import type { ExecuteInput } from '../engine/types.js'
 import type { PostgresStore } from '../store/postgres-store.js'
 import { parseRecoveryPoint, type RecoveryPoint } from './steps.js'
 
-/** An intent whose execution was abandoned: the record the completer found. */
-export interface AbandonedIntent {
+/** What a re-drive passes to `engine.execute` besides its handler, exactly as the record stores it. */
+export type StoredRequest = Pick<
+  ExecuteInput,
+  'scope' | 'operation' | 'key' | 'fingerprint' | 'requestHeaders'
+>
+
+/**
+ * An intent whose execution was abandoned: the record the completer found. `S` is the state type of the `steps()`
+ * handler that wrote its recovery point.
+ */
+export interface AbandonedIntent<S = unknown> {
   scope: string
   operation: string
   key: string
+  /** The fingerprint stored with the key: a re-drive must send this one, or the engine answers `mismatch`. */
+  fingerprint: string
+  /**
+   * The stored request, ready to spread into `engine.execute({ ...intent.request, handler })`: scope, operation,
+   * key, fingerprint and, when the engine stored any, the request headers.
+   */
+  request: StoredRequest
   /** `in_progress` with a lapsed lease (the process died), or `failed_retryable` (the attempt failed and nobody retried). */
   status: 'in_progress' | 'failed_retryable'
   /** Attempts so far. */
   attempts: number
-  /** The raw recovery point, and its parsed form when it was written by `steps()`. */
+  /** The raw recovery point, and its parsed form when it was written by `steps()` (else `null`). */
   recoveryPoint: string | null
-  steps: RecoveryPoint | null
+  steps: RecoveryPoint<S> | null
   /** The request headers the engine stored (`requestHeaders`). */
   requestHeaders: Record<string, string> | null
 }
 
 /** Options of {@link createCompleter}. */
-export interface CompleterOptions {
+export interface CompleterOptions<S = unknown> {
   /** The store the engine uses. */
   store: PostgresStore
   /**
@@ -27,7 +44,7 @@ export interface CompleterOptions {
    * state `steps()` saved, or from your own tables). The engine's reservation makes concurrent re-drives and a late
    * client retry safe: one runs, the others get `in_progress` or the replay.
    */
-  redrive: (intent: AbandonedIntent) => Promise<void>
+  redrive: (intent: AbandonedIntent<S>) => Promise<void>
   /**
    * How long after an attempt's lease ran out (or after a retryable failure) an intent counts as abandoned. Leave
    * the client time to retry first.
@@ -39,7 +56,7 @@ export interface CompleterOptions {
   /** Only intents that saved a recovery point (whose earlier attempt got past a step). @default true */
   onlyWithRecoveryPoint?: boolean
   /** Receives errors thrown by `redrive` or by the query. Must not throw. */
-  onError?: (error: unknown, intent?: AbandonedIntent) => void
+  onError?: (error: unknown, intent?: AbandonedIntent<S>) => void
 }
 
 /** Re-drives abandoned intents. Create with {@link createCompleter}. */
@@ -55,13 +72,12 @@ export interface Completer {
  * whose client gave up still completes (or compensates) instead of staying half done.
  *
  * @example
- * createCompleter({ store, graceMs: 60_000, redrive: async (intent) => {
- *   const { amount } = intent.steps?.state as { amount: number }
- *   await engine.execute({ scope: intent.scope, operation: intent.operation, key: intent.key,
- *     fingerprint: await fingerprintOf(intent), handler: paymentSteps(amount) })
+ * createCompleter<{ amount: number }>({ store, graceMs: 60_000, redrive: async (intent) => {
+ *   if (!intent.steps) return // not written by steps(): nothing to resume from
+ *   await engine.execute({ ...intent.request, handler: pay(intent.steps.state.amount) })
  * } }).start()
  */
-export function createCompleter(options: CompleterOptions): Completer {
+export function createCompleter<S = unknown>(options: CompleterOptions<S>): Completer {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
@@ -70,7 +86,7 @@ export function createCompleter(options: CompleterOptions): Completer {
   const batchSize = positiveInteger('batchSize', options.batchSize ?? 50)
   const withPoint = options.onlyWithRecoveryPoint ?? true
   const { pool, names } = options.store
-  const report = (error: unknown, intent?: AbandonedIntent) => {
+  const report = (error: unknown, intent?: AbandonedIntent<S>) => {
     try {
       options.onError?.(error, intent)
     } catch {
@@ -83,12 +99,13 @@ export function createCompleter(options: CompleterOptions): Completer {
       scope: string
       operation: string
       key: string
+      fingerprint: string
       status: 'in_progress' | 'failed_retryable'
       attempts: number
       recovery_point: string | null
       request_headers: Record<string, string> | null
     }>(
-      `SELECT scope, operation, key, status, attempts, recovery_point, request_headers FROM ${names.qualified}
+      `SELECT scope, operation, key, fingerprint, status, attempts, recovery_point, request_headers FROM ${names.qualified}
 WHERE expires_at > now() AND ($3::boolean = false OR recovery_point IS NOT NULL) AND (
   (status = 'in_progress' AND locked_until <= now() - ($1::float8 * interval '1 millisecond'))
   OR (status = 'failed_retryable' AND updated_at <= now() - ($1::float8 * interval '1 millisecond')))
@@ -96,14 +113,23 @@ ORDER BY updated_at LIMIT $2`,
       [graceMs, batchSize, withPoint],
     )
     for (const row of rows) {
-      const intent: AbandonedIntent = {
-        scope: row.scope,
-        operation: row.operation,
-        key: row.key,
+      const { scope, operation, key, fingerprint } = row
+      const intent: AbandonedIntent<S> = {
+        scope,
+        operation,
+        key,
+        fingerprint,
+        request: {
+          scope,
+          operation,
+          key,
+          fingerprint,
+          ...(row.request_headers ? { requestHeaders: row.request_headers } : {}),
+        },
         status: row.status,
         attempts: row.attempts,
         recoveryPoint: row.recovery_point,
-        steps: parseRecoveryPoint(row.recovery_point),
+        steps: parseRecoveryPoint<S>(row.recovery_point),
         requestHeaders: row.request_headers,
       }
       try {

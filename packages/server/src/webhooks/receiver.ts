@@ -4,6 +4,11 @@ import { SIGNATURE_HEADER, verifySignature } from './signature.js'
 
 /** Options of {@link createWebhookReceiver}. */
 export interface WebhookReceiverOptions {
+  /**
+   * The engine whose table records event ids. Give it `reservation: 'lock'`: an event then belongs to a delivery only
+   * while its transaction lives, so when the process handling it dies the provider's next retry is applied at once;
+   * under `'row'` it is answered 409 until the dead delivery's lease runs out.
+   */
   engine: Engine
   /** The sender's name (`stripe`, `github`): the records' scope, so two providers' event ids never collide. */
   provider: string
@@ -52,8 +57,18 @@ export interface WebhookReceiver {
 }
 
 /**
- * The HTTP status to answer a webhook with: 2xx stops the provider's retries (done, a duplicate, or a stored
- * permanent failure), 400/401 for a malformed or forged request, 409/503 ask for a retry.
+ * The HTTP status to answer a webhook delivery with:
+ *
+ * - 200 for `processed`, `duplicate` (handled before) and `rejected` (a stored permanent failure): the provider
+ *   stops retrying.
+ * - 400 for `invalid_payload` (the body is not JSON, or the event has no id) and `mismatch` (never produced by the
+ *   receiver, which does not fingerprint payloads).
+ * - 401 for `invalid_signature` (missing, malformed, stale or forged).
+ * - 409 for `busy` (another delivery of the event is running) and 503 for `failed` (the handler failed retryably)
+ *   and `unavailable` (the database): the provider retries later.
+ *
+ * @example
+ * reply.code(webhookStatus(result)).send()
  */
 export function webhookStatus(result: WebhookResult): number {
   switch (result.kind) {

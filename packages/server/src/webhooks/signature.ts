@@ -1,14 +1,19 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 
-/** The header that carries the signature, `t=<unix seconds>,v1=<hex HMAC-SHA256>` (the scheme Stripe uses). */
+/**
+ * The header that carries the signature: `t=<unix seconds>,v1=<signature>`, where the signature is the HMAC-SHA256
+ * of `<t>.<raw body>` with the shared secret, as 64 lowercase hex digits (the scheme Stripe uses). During a secret
+ * rotation a sender may add one `v1=` per secret.
+ */
 export const SIGNATURE_HEADER = 'oncely-signature'
 
 const hmac = (secret: string, timestamp: number, body: string | Buffer) =>
   createHmac('sha256', secret).update(`${timestamp}.`).update(body).digest('hex')
 
 /**
- * Signs a body: HMAC-SHA256 over `<timestamp>.<body>` with the shared secret. The timestamp is signed too, so a
- * captured request cannot be replayed outside the tolerance window.
+ * Signs a body: HMAC-SHA256 over `<timestamp>.<body>` with the shared secret, as lowercase hex, in the header value
+ * `t=<timestamp>,v1=<hex>`. The timestamp is signed too, so a captured request cannot be replayed outside the
+ * tolerance window. Send the exact bytes you signed.
  *
  * @example
  * const header = signPayload(body, { secret }) // 't=1700000000,v1=5f2b…'
@@ -39,7 +44,7 @@ export interface VerifyOptions {
  * JSON parsing: re-serializing changes them. Returns false for a malformed header, a stale timestamp or a bad MAC.
  *
  * @example
- * if (!verifySignature(rawBody, req.headers['oncely-signature'], { secret })) return reply.code(400).send()
+ * if (!verifySignature(rawBody, req.headers['oncely-signature'], { secret })) return reply.code(401).send()
  */
 export function verifySignature(
   body: string | Buffer,

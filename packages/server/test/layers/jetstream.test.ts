@@ -1,12 +1,23 @@
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { AckPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream'
+import {
+  AckPolicy,
+  type Consumer,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+} from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
 import { optionalService } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createInbox } from '../../src/inbox/index.js'
-import { consumeJetStreamMessage, jetStreamPublisher } from '../../src/nats/index.js'
+import { createInbox, type InboxEvent } from '../../src/inbox/index.js'
+import {
+  consumeJetStreamMessage,
+  type JetStreamConsumeOptions,
+  jetStreamPublisher,
+  NoStreamForSubjectError,
+} from '../../src/nats/index.js'
 import { createDispatcher, enqueue } from '../../src/outbox/index.js'
 import { engineFor, freshKey, setupDatabase } from '../helpers.js'
 
@@ -27,8 +38,9 @@ describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
     jsm = await jetstreamManager(nc)
     await jsm.streams.add({ name: stream, subjects: [`${subject}.>`], duplicate_window: nanos(120_000) })
   })
+  const extraStreams: string[] = []
   afterAll(async () => {
-    await jsm?.streams.delete(stream).catch(() => {})
+    for (const name of [stream, ...extraStreams]) await jsm?.streams.delete(name).catch(() => {})
     await nc?.close()
     await db?.drop()
   })
@@ -213,5 +225,137 @@ describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
     } finally {
       await jsm.streams.delete(short).catch(() => {})
     }
+  })
+
+  /**
+   * Publishes `bodies` as one message id (the header an outbox publisher sets) to a fresh subject of a stream whose
+   * duplicate window is short, so the copies are stored, and returns a pull consumer on it.
+   */
+  async function redeliveredAs(name: string, bodies: string[], messageId: string) {
+    const topic = `oncely.raw.${stream}.${name}`
+    await jsm.streams.add({
+      name: `${stream}_${name.replace(/\W/g, '_')}`,
+      subjects: [topic],
+      duplicate_window: nanos(100),
+    })
+    const js = jetstream(nc)
+    for (const body of bodies) {
+      await js.publish(topic, body, { msgID: messageId })
+      await new Promise((resolve) => setTimeout(resolve, 300)) // past the duplicate window
+    }
+    const streamName = await jsm.streams.find(topic)
+    await jsm.consumers.add(streamName, {
+      durable_name: name,
+      filter_subject: topic,
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: nanos(30_000),
+    })
+    return { consumer: await js.consumers.get(streamName, name), topic, streamName }
+  }
+
+  async function consumeEach(
+    name: string,
+    bodies: string[],
+    options: JetStreamConsumeOptions = {},
+  ): Promise<{
+    kinds: string[]
+    events: InboxEvent[]
+    consumer: Consumer
+    messageId: string
+    topic: string
+  }> {
+    const messageId = freshKey(name)
+    const { consumer, topic, streamName } = await redeliveredAs(name, bodies, messageId)
+    extraStreams.push(streamName)
+    const { engine } = engineFor(db.pool)
+    const events: InboxEvent[] = []
+    const inbox = createInbox({ engine, consumer: 'billing', onEvent: (event) => events.push(event) })
+    const kinds: string[] = []
+    for (let n = 0; n < bodies.length; n++) {
+      const msg = await consumer.next({ expires: 2_000 })
+      if (!msg) throw new Error(`message ${n} of ${name} was not delivered`)
+      const result = await consumeJetStreamMessage(
+        inbox,
+        msg,
+        async ({ tx }, data) => {
+          await tx.query('INSERT INTO effects VALUES ($1, $2)', [
+            messageId,
+            (data as { amount: number }).amount,
+          ])
+        },
+        options,
+      )
+      kinds.push(result.kind)
+    }
+    return { kinds, events, consumer, messageId, topic }
+  }
+
+  it('JSON data re-serialised with its members in another order is a duplicate', async () => {
+    const { kinds, events, messageId } = await consumeEach('reordered', [
+      '{"amount":5,"currency":"eur"}',
+      '{ "currency": "eur", "amount": 5 }',
+    ])
+    expect(kinds).toEqual(['processed', 'duplicate'])
+    expect(events).toEqual([])
+    expect((await effectsFor([messageId])).map((row) => row.n)).toEqual([1])
+  })
+
+  it('a mismatched message is reported and stays in the stream by default: nak with a delay, redelivered', async () => {
+    const { kinds, events, consumer, messageId, topic } = await consumeEach(
+      'mismatch-nak',
+      ['{"amount":5}', '{"amount":6}'],
+      { mismatchDelayMs: 500 },
+    )
+    expect(kinds).toEqual(['processed', 'mismatch'])
+    expect(events).toEqual([{ type: 'mismatch', consumer: 'billing', topic, messageId }])
+    const again = await consumer.next({ expires: 5_000 })
+    expect(again?.info.deliveryCount).toBe(2) // the same message, back after the delay
+    expect(again?.json()).toEqual({ amount: 6 })
+    again?.term()
+    expect((await effectsFor([messageId])).map((row) => row.n)).toEqual([1])
+  })
+
+  it('onMismatch: term stops the redelivery of a mismatched message', async () => {
+    const { kinds, consumer } = await consumeEach('mismatch-term', ['{"amount":5}', '{"amount":6}'], {
+      onMismatch: 'term',
+      mismatchDelayMs: 200,
+    })
+    expect(kinds).toEqual(['processed', 'mismatch'])
+    expect(await consumer.next({ expires: 1_500 })).toBeNull()
+  })
+
+  it('validates its options with a TypeError naming the option', async () => {
+    const call = (options: JetStreamConsumeOptions) =>
+      consumeJetStreamMessage({} as never, {} as never, async () => 1, options)
+    await expect(call({ onMismatch: 'ack' as never })).rejects.toThrow(
+      "Expected `onMismatch` to be 'nak' or 'term'",
+    )
+    await expect(call({ onReject: 'nak' as never })).rejects.toThrow(
+      "Expected `onReject` to be 'term' or 'ack'",
+    )
+    await expect(call({ mismatchDelayMs: 0 })).rejects.toThrow(
+      'Expected `mismatchDelayMs` to be a positive integer',
+    )
+  })
+
+  it('a publish to a subject no stream covers names the subject and the fix', async () => {
+    const publisher = jetStreamPublisher({ js: jetstream(nc), timeoutMs: 2_000 })
+    const orphan = `oncely.nostream.${stream}`
+    const error = await publisher
+      .publish({
+        id: '00000000-0000-4000-8000-000000000001',
+        topic: orphan,
+        payload: {},
+        headers: {},
+        aggregateKey: null,
+        attempt: 1,
+        createdAt: new Date(),
+      })
+      .catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(NoStreamForSubjectError)
+    expect((error as NoStreamForSubjectError).subject).toBe(orphan)
+    expect((error as Error).message).toContain(`No JetStream stream covers the subject "${orphan}"`)
+    expect((error as Error).message).toContain('jsm.streams.add')
+    expect(((error as Error).cause as Error).name).toBe('JetStreamNotEnabled')
   })
 })

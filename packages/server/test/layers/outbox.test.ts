@@ -145,6 +145,35 @@ describe('dispatcher', () => {
     }
   })
 
+  it("a stopped dispatcher leaves its LISTEN connection to the pool: a later error on it is the pool's alone", async () => {
+    const own = await setupDatabase('outbox_stop')
+    try {
+      const errors: DispatcherEvent[] = []
+      const dispatcher = createDispatcher({
+        pool: own.pool,
+        publisher: recorder(),
+        onEvent: (event) => event.type === 'error' && errors.push(event),
+      })
+      dispatcher.start()
+      await waitFor('the LISTEN connection', async () => {
+        const { rows } = await own.pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
+        )
+        return rows[0].n > 0
+      })
+      await dispatcher.stop()
+      // The connection, back in the pool and idle, is terminated (a failover, an idle timeout on the server).
+      await db.pool.query(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [own.name],
+      )
+      await sleep(200)
+      expect(errors).toEqual([]) // and no "Release called on client which has already been released" thrown
+    } finally {
+      await own.drop()
+    }
+  })
+
   it('republishes a batch whose dispatcher crashed between publish and mark, once its lease ran out', async () => {
     const t = topic()
     const [id] = await enqueueCommitted([{ topic: t, payload: 1, aggregateKey: t }])

@@ -136,4 +136,44 @@ describe('scheduled jobs', () => {
       'scheduledFor',
     )
   })
+
+  it('a trigger of the same slot one millisecond later is the same occurrence', async () => {
+    const { engine } = engineFor(db.pool)
+    const jobs = createJobs({ engine })
+    const jobId = freshKey('jitter')
+    let runs = 0
+    const handler = async () => ++runs
+    const at = (iso: string) => jobs.runOnce({ jobId, scheduledFor: new Date(iso), handler })
+    expect(await at('2026-01-05T02:00:00.000Z')).toEqual({ kind: 'processed', result: 1 })
+    expect(await at('2026-01-05T02:00:00.001Z')).toEqual({ kind: 'duplicate', result: 1 })
+    expect(await at('2026-01-05T02:00:59.999Z')).toEqual({ kind: 'duplicate', result: 1 })
+    expect(await at('2026-01-05T02:01:00.000Z')).toEqual({ kind: 'processed', result: 2 })
+    const fine = createJobs({ engine, slotMs: 1_000 })
+    expect(
+      (await fine.runOnce({ jobId, scheduledFor: new Date('2026-01-05T02:00:01.500Z'), handler })).kind,
+    ).toBe('processed')
+    expect(() => createJobs({ engine, slotMs: 0 })).toThrow('Expected `slotMs` to be a positive integer')
+  })
+
+  it('runs a slot the caller names once, and refuses both a slot and a time', async () => {
+    const { engine } = engineFor(db.pool)
+    const jobs = createJobs({ engine })
+    const jobId = freshKey('named')
+    let runs = 0
+    const handler = async () => ++runs
+    expect(await jobs.runOnce({ jobId, slot: '2026-01-05', handler })).toEqual({
+      kind: 'processed',
+      result: 1,
+    })
+    expect(await jobs.runOnce({ jobId, slot: '2026-01-05', handler })).toEqual({
+      kind: 'duplicate',
+      result: 1,
+    })
+    expect((await jobs.runOnce({ jobId, slot: '2026-01-06', handler })).kind).toBe('processed')
+    const both = { jobId, slot: 'x', scheduledFor: new Date(), handler } as never
+    expect(() => jobs.runOnce(both)).toThrow('Expected `slot` or `scheduledFor`, not both.')
+    expect(() => jobs.runOnce({ jobId, slot: '', handler })).toThrow(
+      'Expected `slot` to be a non-empty string.',
+    )
+  })
 })

@@ -2,7 +2,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
 import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
-import { engineFor, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
+import { engineFor, fingerprintOf, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -177,19 +177,23 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
       scope: freshKey('scope'),
       operation: 'POST /pay',
       key,
-      fingerprint: 'f',
+      fingerprint: fingerprintOf({ amount: 100 }),
+      requestHeaders: { 'x-request-id': 'r-1' },
       handler,
     }
     await expect(engine.execute(input)).rejects.toThrow('SIGKILL')
-    const found: AbandonedIntent[] = []
-    const completer = createCompleter({
+    const found: AbandonedIntent<State>[] = []
+    const completer = createCompleter<State>({
       store: postgresStore({ pool: db.pool }),
       graceMs: 100,
       redrive: async (intent) => {
         if (intent.scope !== input.scope) return
         found.push(intent)
         redriving.add(intent.key)
-        const outcome = await engine.execute(input)
+        // Everything a re-drive needs comes from the record: no fingerprint to recompute, no request to rebuild.
+        expect(intent.steps?.state.amount).toBe(100)
+        // A lease a loaded machine cannot outrun while the steps run outside the engine's transaction.
+        const outcome = await engine.execute({ ...intent.request, handler, leaseMs: 5_000 })
         expect(outcome.kind).toBe('executed')
       },
     })
@@ -198,7 +202,20 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
     await sleep(400)
     await completer.runOnce()
     expect(found).toMatchObject([
-      { key, status: 'in_progress', attempts: 1, steps: { step: 'ship', state: { amount: 100 } } },
+      {
+        key,
+        fingerprint: input.fingerprint,
+        request: {
+          scope: input.scope,
+          operation: 'POST /pay',
+          key,
+          fingerprint: input.fingerprint,
+          requestHeaders: { 'x-request-id': 'r-1' },
+        },
+        status: 'in_progress',
+        attempts: 1,
+        steps: { step: 'ship', state: { amount: 100 } },
+      },
     ])
     expect([...provider.calls.values()]).toEqual([1, 1, 1])
     expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
