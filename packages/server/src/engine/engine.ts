@@ -9,6 +9,7 @@ import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
 import { detectPooler } from '../store/connection.js'
 import { lockReservation } from '../store/lock-reservation.js'
+import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
 import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
 import { rowReservation } from '../store/row-reservation.js'
@@ -106,7 +107,7 @@ export function createEngine(options: EngineOptions): Engine {
 /** The engine with fault injection (see `@oncely/server/testing`). */
 export function buildEngine(options: EngineOptions, faults: FaultOptions): Engine {
   const config = resolveOptions(options, faults)
-  const { store } = options
+  const store = resolveStore(options.store)
   const { pool } = store
   const hooks = faults.hooks ?? {}
   const emit = (event: EngineEvent) => {

@@ -54,7 +54,6 @@ export function resolveOptions(options: EngineOptions, faults: FaultOptions = {}
       )
     }
   }
-  if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
   const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
   const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 86_400_000)
   checkLeaseAndRetention(leaseMs, retentionMs)

@@ -1,6 +1,6 @@
 import { positiveInteger } from '../engine/options.js'
 import type { ExecuteInput } from '../engine/types.js'
-import type { PostgresStore } from '../store/postgres-store.js'
+import { type PostgresStore, resolveStore } from '../store/postgres-store.js'
 import { parseRecoveryPoint, type RecoveryPoint } from './steps.js'
 
 /** What a re-drive passes to `engine.execute` besides its handler, exactly as the record stores it. */
@@ -80,12 +80,11 @@ export interface Completer {
 export function createCompleter<S = unknown>(options: CompleterOptions<S>): Completer {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
-  if (options.store?.kind !== 'postgres') throw new TypeError('Expected `store` to be a postgresStore().')
   if (typeof options.redrive !== 'function') throw new TypeError('Expected `redrive` to be a function.')
   const graceMs = positiveInteger('graceMs', options.graceMs ?? 60_000)
   const batchSize = positiveInteger('batchSize', options.batchSize ?? 50)
   const withPoint = options.onlyWithRecoveryPoint ?? true
-  const { pool, names } = options.store
+  const { pool, names } = resolveStore(options.store)
   const report = (error: unknown, intent?: AbandonedIntent<S>) => {
     try {
       options.onError?.(error, intent)

@@ -2,7 +2,7 @@
 // without a name, and end a transaction that turned out not to be needed.
 import type pg from 'pg'
 import { StoreSetupError } from '../errors.js'
-import type { PostgresStore } from './postgres-store.js'
+import type { ResolvedStore } from './postgres-store.js'
 import type { Query, SqlStatement } from './queries.js'
 
 // Which SQL-level prepared statements each connection holds (module-wide: engines on one table share a name).
@@ -37,7 +37,7 @@ export async function endTransaction(client: pg.PoolClient): Promise<void> {
 const pooled = new WeakSet<pg.Pool>()
 
 /** Whether the store's statements are prepared once per connection (its option, unless a pooler was detected). */
-export function preparesStatements(store: PostgresStore): boolean {
+export function preparesStatements(store: ResolvedStore): boolean {
   return store.preparedStatements && !pooled.has(store.pool)
 }
 
@@ -45,7 +45,7 @@ export function preparesStatements(store: PostgresStore): boolean {
  * The query as sent: named (prepared once per connection by node-postgres) when the store prepares statements,
  * unnamed otherwise, for transaction-mode poolers where the next statement may reach another server connection.
  */
-export function sendable(query: Query, store: PostgresStore): Query {
+export function sendable(query: Query, store: ResolvedStore): Query {
   return query.name === undefined || preparesStatements(store)
     ? query
     : { text: query.text, values: query.values }
@@ -57,7 +57,7 @@ export function sendable(query: Query, store: PostgresStore): Query {
  * a connection of one's own. Once seen, the store's pool sends every statement unnamed, and the error that revealed
  * it is replaced by one that names the cause and the setting to make it the configuration.
  */
-export function detectPooler(store: PostgresStore, error: unknown): StoreSetupError | undefined {
+export function detectPooler(store: ResolvedStore, error: unknown): StoreSetupError | undefined {
   const code = (error as { code?: unknown } | undefined)?.code
   if ((code !== '26000' && code !== '42P05') || !preparesStatements(store)) return undefined
   pooled.add(store.pool)

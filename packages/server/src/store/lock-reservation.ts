@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
 import * as lq from './lock-queries.js'
-import type { PostgresStore } from './postgres-store.js'
+import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
 import {
   type Claim,
@@ -30,7 +30,7 @@ const LOCK_HELD_RETRY_AFTER_MS = 1_000
 /** A uuid no row carries: the finish's token when the attempt saved no recovery point. */
 const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 
-export function lockReservation(store: PostgresStore, fenced: boolean): ReservationProtocol<LockClaim> {
+export function lockReservation(store: ResolvedStore, fenced: boolean): ReservationProtocol<LockClaim> {
   const { pool, names } = store
   const send = (query: q.Query) => sendable(query, store)
   // The lease guard is a fence too: the unfenced engine goes without it.

@@ -28,10 +28,28 @@ export interface PostgresStoreOptions {
 
 /** Where the engine keeps key records. Create with {@link postgresStore}. */
 export interface PostgresStore {
-  readonly kind: 'postgres'
+  /** The pool it was created with. */
+  readonly pool: pg.Pool
+  /** The schema of the key table. */
+  readonly schema: string
+  /** The key table. */
+  readonly table: string
+}
+
+/** What the engine and the other layers use of a store; not part of the public API. */
+export interface ResolvedStore {
   readonly pool: pg.Pool
   readonly names: TableNames
   readonly preparedStatements: boolean
+}
+
+const resolved = new WeakMap<PostgresStore, ResolvedStore>()
+
+/** The store's internals, or a TypeError naming `option` when `store` was not made by {@link postgresStore}. */
+export function resolveStore(store: unknown, option = 'store'): ResolvedStore {
+  const found = typeof store === 'object' && store !== null ? resolved.get(store as PostgresStore) : undefined
+  if (!found) throw new TypeError(`Expected \`${option}\` to be a postgresStore().`)
+  return found
 }
 
 /**
@@ -53,7 +71,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (typeof preparedStatements !== 'boolean')
     throw new TypeError('Expected `preparedStatements` to be a boolean.')
   guardPool(pool)
-  return { kind: 'postgres', pool, names: tableNames(schema, table), preparedStatements }
+  const store: PostgresStore = Object.freeze({ pool, schema, table })
+  resolved.set(store, { pool, names: tableNames(schema, table), preparedStatements })
+  return store
 }
 
 const guarded = new WeakSet<object>()

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import type { StoredResponse } from '../engine/types.js'
 import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
-import type { PostgresStore } from './postgres-store.js'
+import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
 import {
   type Claim,
@@ -23,7 +23,7 @@ export interface RowClaim extends Claim {
   readonly token: string
 }
 
-export function rowReservation(store: PostgresStore, fenced: boolean): ReservationProtocol<RowClaim> {
+export function rowReservation(store: ResolvedStore, fenced: boolean): ReservationProtocol<RowClaim> {
   const { pool, names } = store
   const send = (query: q.Query) => sendable(query, store)
   // The lease guard is a fence too: the unfenced engine goes without it.

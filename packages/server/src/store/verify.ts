@@ -1,5 +1,5 @@
 import { StoreSetupError } from '../errors.js'
-import type { PostgresStore } from './postgres-store.js'
+import type { ResolvedStore } from './postgres-store.js'
 
 /** SQLSTATEs that mean "the migrations did not run here", as opposed to a connection or permission problem. */
 const SETUP_ERRORS = new Set(['42P01', '3F000', '42703'])
@@ -31,7 +31,7 @@ export function isSetupError(error: unknown): boolean {
 }
 
 /** The fix to tell a user whose store is not set up. */
-export function setupAdvice(store: PostgresStore): string {
+export function setupAdvice(store: ResolvedStore): string {
   const { schema, table } = store.names
   const target =
     schema === 'oncely' && table === 'idempotency_keys'
@@ -45,7 +45,7 @@ export function setupAdvice(store: PostgresStore): string {
  * {@link StoreSetupError} naming the table and the fix when it does not, and with the database's error otherwise
  * (a connection failure is not a setup problem).
  */
-export async function verifyStore(store: PostgresStore): Promise<void> {
+export async function verifyStore(store: ResolvedStore): Promise<void> {
   const { qualified } = store.names
   try {
     await store.pool.query(`SELECT ${COLUMNS.join(', ')} FROM ${qualified} LIMIT 0`)
