@@ -10,9 +10,10 @@
 import { randomUUID } from 'node:crypto'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
 import type { ExecutionContext, HandlerResponse } from '@oncely/server'
-import { steps } from '@oncely/server/steps'
+import { type StepsOptions, steps } from '@oncely/server/steps'
+import { stepsForTesting } from '@oncely/server/testing'
 import type pg from 'pg'
-import type { Faults } from './faults.js'
+import { type Faults, noFaults } from './faults.js'
 import { recordPayment } from './ledger.js'
 import { demoProblem } from './problems.js'
 import { type Charge, type Provider, ProviderUnavailableError } from './provider.js'
@@ -60,10 +61,19 @@ function problemResponse(details: ProblemDetails, headers: Record<string, string
  */
 export function createPaymentHandler(options: PaymentHandlerOptions) {
   const { stepsPool, provider, faults } = options
+  // Chaos only: `after-provider` is past the charge step's commit, so a crash there resumes from the point.
+  const build =
+    faults === noFaults
+      ? steps<PaymentState>
+      : (o: StepsOptions<PaymentState>) =>
+          stepsForTesting<PaymentState>({
+            ...o,
+            hooks: { afterStep: (name) => (name === CHARGE_STEP ? faults.at('after-provider') : undefined) },
+          })
 
   return (initialState: PaymentState) =>
     async (ctx: ExecutionContext): Promise<HandlerResponse> => {
-      const handler = steps<PaymentState>({
+      const handler = build({
         pool: stepsPool,
         initialState,
         steps: [
@@ -78,8 +88,6 @@ export function createPaymentHandler(options: PaymentHandlerOptions) {
             },
           },
         ],
-        // Chaos only: `after-provider` is past the charge step's commit, so a crash there resumes from the point.
-        hooks: { afterStep: (name) => (name === CHARGE_STEP ? faults.at('after-provider') : undefined) },
         finish: async ({ tx, state }) => {
           const chargeId = state.chargeId as string
           if (state.chargeStatus === 'declined') {

@@ -17,12 +17,13 @@ const events: string[] = []
 beforeAll(async () => {
   db = await createTestDatabase('payments_ledger')
   await prepareDatabase(db.pool)
-  // Keys are replayed for 600 ms only, so a test can outlive one.
+  // Keys are replayed for 1.5 s only, so a test can outlive one; the lease (which also bounds how long the payment's
+  // transaction may sit idle while the provider is called) is long enough for a loaded machine.
   app = await buildApp({
     pool: db.pool,
     webRoot: false,
-    leaseMs: 200,
-    retentionMs: 600,
+    leaseMs: 1_000,
+    retentionMs: 1_500,
     onEvent: (event) => events.push(`${event.type}:${'key' in event ? event.key : ''}`),
   })
 })

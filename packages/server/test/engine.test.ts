@@ -529,6 +529,25 @@ describe('10. peek and forget', () => {
     expect(await paymentsFor(db.pool, key)).toBe(1)
   })
 
+  it('never makes a real attempt lose its key: an execute among a crowd of peeks still runs (regression: a probe took the lock)', async () => {
+    const { engine } = engineFor(db.pool, { replayCache: false })
+    const outcomes: string[] = []
+    for (let round = 0; round < 30; round++) {
+      const key = freshKey()
+      let done = false
+      // Peeks that never stop until the execute answered, from several connections at once.
+      const peeking = Array.from({ length: 16 }, async () => {
+        while (!done) await engine.peek(input(key))
+      })
+      await sleep(20)
+      const executed = await engine.execute(input(key))
+      done = true
+      await Promise.all(peeking)
+      outcomes.push(executed.kind)
+    }
+    expect(outcomes).toEqual(Array(30).fill('executed'))
+  })
+
   it('forgets a finished key, so the next request with it runs again (this instance forgets its cached replay too)', async () => {
     const { engine } = engineFor(db.pool)
     const key = freshKey()

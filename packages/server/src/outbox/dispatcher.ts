@@ -58,8 +58,11 @@ export interface DispatcherOptions {
   listen?: boolean
   /** Receives typed events. Must not throw. */
   onEvent?: (event: DispatcherEvent) => void
-  /** TEST ONLY: fault-injection points. `afterPublish` runs between the publish and the mark. */
-  hooks?: { afterPublish?: (message: OutboxMessage) => Promise<void> | void }
+}
+
+/** Fault injection for tests (see `@oncely/server/testing`): `afterPublish` runs between the publish and the mark. */
+export interface DispatcherHooks {
+  afterPublish?: (message: OutboxMessage) => Promise<void> | void
 }
 
 /** A running (or runnable) outbox dispatcher. Any number may run at once, in one process or many. */
@@ -93,6 +96,16 @@ function describe(error: unknown): string {
  * process.on('SIGTERM', () => dispatcher.stop())
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
+  if (typeof options === 'object' && options !== null && 'hooks' in options) {
+    throw new TypeError(
+      "`hooks` is not an option of createDispatcher(): fault injection is for tests, through createDispatcherForTesting() from '@oncely/server/testing'.",
+    )
+  }
+  return buildDispatcher(options, {})
+}
+
+/** {@link createDispatcher} with fault injection (see `@oncely/server/testing`). */
+export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHooks): Dispatcher {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { pool, publisher } = options
@@ -106,7 +119,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1_000)
   const retryDelayMs = options.retryDelayMs ?? defaultRetryDelay
   if (typeof retryDelayMs !== 'function') throw new TypeError('Expected `retryDelayMs` to be a function.')
-  const hooks = options.hooks ?? {}
   const emit = (event: DispatcherEvent) => {
     try {
       options.onEvent?.(event)

@@ -53,8 +53,11 @@ export interface StepsOptions<S> {
    * @default defaultClassify (HTTP 4xx is permanent)
    */
   classify?: (error: unknown) => ErrorClass
-  /** TEST ONLY: `afterStep` runs after a step committed (throw there to simulate a crash between steps). */
-  hooks?: { afterStep?: (name: string) => Promise<void> | void }
+}
+
+/** Fault injection for tests (see `@oncely/server/testing`): `afterStep` runs after a step committed. */
+export interface StepsHooks {
+  afterStep?: (name: string) => Promise<void> | void
 }
 
 /** The recovery point as stored: the last committed step and the state after it. */
@@ -128,6 +131,19 @@ async function inTransaction<T>(pool: pg.Pool, work: (tx: pg.PoolClient) => Prom
 export function steps<S extends object = Record<string, unknown>>(
   options: StepsOptions<S>,
 ): (ctx: ExecutionContext) => Promise<HandlerResponse> {
+  if (typeof options === 'object' && options !== null && 'hooks' in options) {
+    throw new TypeError(
+      "`hooks` is not an option of steps(): fault injection is for tests, through stepsForTesting() from '@oncely/server/testing'.",
+    )
+  }
+  return buildSteps(options, {})
+}
+
+/** {@link steps} with fault injection (see `@oncely/server/testing`). */
+export function buildSteps<S extends object>(
+  options: StepsOptions<S>,
+  hooks: StepsHooks,
+): (ctx: ExecutionContext) => Promise<HandlerResponse> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { pool } = options
@@ -186,7 +202,7 @@ export function steps<S extends object = Record<string, unknown>>(
         if (permanent(error)) await compensate(index)
         throw error
       }
-      await options.hooks?.afterStep?.(step.name)
+      await hooks.afterStep?.(step.name)
     }
     try {
       return await options.finish({ tx: ctx.tx, state, attempt: ctx.attempt })

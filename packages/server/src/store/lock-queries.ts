@@ -34,14 +34,42 @@ import {
  * request than a second statement whose snapshot would follow the lock.
  */
 function lockAndLookupText(names: TableNames): string {
-  const namespace = literal(`${names.qualified}|`)
-  return `SELECT pg_try_advisory_xact_lock(hashtextextended(${namespace} || length($1) || ':' || $1 || '|' ||
-  length($2) || ':' || $2 || '|' || $3, 0)) AS locked, ${leaseGuard('$4')} AS lease_guard, e.*
-FROM (SELECT 1) AS one LEFT JOIN (
-  SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
-  FROM ${names.qualified} WHERE ${PK}
-) AS e ON true`
+  return `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, e.*
+FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`
 }
+
+/** The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3). */
+const lockKey = (names: TableNames) =>
+  `hashtextextended(${literal(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
+
+const lockedRow = (names: TableNames) =>
+  `SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
+  FROM ${names.qualified} WHERE ${PK}`
+
+/**
+ * Whether another attempt holds the key's lock, and the key's row, without taking the lock: a probe that took it,
+ * even for one statement, could make a real attempt fail to get it and answer 409 for nothing. Postgres lists a
+ * bigint advisory lock in pg_locks as its high and low 32 bits (`classid`, `objid`) with `objsubid` 1.
+ */
+export function inspectQuery(names: TableNames, id: RecordId): Query {
+  return {
+    ...statement(
+      names,
+      'inspect_lock',
+      () => `SELECT EXISTS (
+  SELECT 1 FROM pg_locks, (SELECT ${lockKey(names)} AS h) AS k
+  WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND classid = ((k.h >> 32) & 4294967295)::oid AND objid = (k.h & 4294967295)::oid
+) AS held, e.*
+FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
+    ),
+    values: [id.scope, id.operation, id.key],
+  }
+}
+
+/** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
+export type InspectedLock = { held: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })
 
 /** The lock-mode lookup's answer: whether the lock was granted, and the row (all null when there is none). */
 export type LockedLookup = { locked: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })

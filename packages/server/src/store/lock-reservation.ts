@@ -132,11 +132,9 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
     },
 
     async inspect(request) {
-      // Autocommit: the lock, if granted, is let go when the statement ends, so this only asks whether it is held.
-      const query = lq.lockAndLookupQuery(names, request.id, guardMs(request))
-      const found = (await pool.query<lq.LockedLookup>(send(query))).rows[0]
+      const found = (await pool.query<lq.InspectedLock>(send(lq.inspectQuery(names, request.id)))).rows[0]
       const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
-      return answer(found?.locked === true, row, request.fingerprint)
+      return answer(found?.held !== true, row, request.fingerprint)
     },
 
     async complete(claim, status, response) {

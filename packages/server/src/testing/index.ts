@@ -2,9 +2,18 @@
 // and, to prove a checker detects duplicates, one whose fence is switched off. Never for production code paths.
 import { buildEngine } from '../engine/engine.js'
 import type { FaultOptions } from '../engine/faults.js'
-import type { Engine, EngineOptions } from '../engine/types.js'
+import type { Engine, EngineOptions, ExecutionContext, HandlerResponse } from '../engine/types.js'
+import {
+  buildDispatcher,
+  type Dispatcher,
+  type DispatcherHooks,
+  type DispatcherOptions,
+} from '../outbox/dispatcher.js'
+import { buildSteps, type StepsHooks, type StepsOptions } from '../steps/steps.js'
 
 export type { EngineHookContext, EngineHooks, FaultOptions } from '../engine/faults.js'
+export type { DispatcherHooks } from '../outbox/dispatcher.js'
+export type { StepsHooks } from '../steps/steps.js'
 
 /** Options of {@link createEngineForTesting}: the engine's, plus fault injection. */
 export interface TestingEngineOptions extends EngineOptions, FaultOptions {}
@@ -27,4 +36,32 @@ export function createEngineForTesting(options: TestingEngineOptions): Engine {
     throw new TypeError('Expected `hooks` to be an object.')
   }
   return buildEngine(engineOptions, { hooks, unsafe })
+}
+
+/**
+ * `steps()` from `@oncely/server/steps`, with `hooks.afterStep` called after each step committed (throw there to
+ * simulate a crash between steps).
+ *
+ * @example
+ * const handler = stepsForTesting({ pool, steps, finish, hooks: { afterStep: (name) => { if (name === 'charge') throw crash } } })
+ */
+export function stepsForTesting<S extends object = Record<string, unknown>>(
+  options: StepsOptions<S> & { hooks?: StepsHooks },
+): (ctx: ExecutionContext) => Promise<HandlerResponse> {
+  const { hooks, ...stepsOptions } = options
+  return buildSteps(stepsOptions as StepsOptions<S>, hooks ?? {})
+}
+
+/**
+ * `createDispatcher()` from `@oncely/server/outbox`, with `hooks.afterPublish` called between a publish and its mark
+ * (throw or exit there to simulate a dispatcher dying in that window).
+ *
+ * @example
+ * createDispatcherForTesting({ pool, publisher, hooks: { afterPublish: () => process.kill(process.pid, 'SIGKILL') } })
+ */
+export function createDispatcherForTesting(
+  options: DispatcherOptions & { hooks?: DispatcherHooks },
+): Dispatcher {
+  const { hooks, ...dispatcherOptions } = options
+  return buildDispatcher(dispatcherOptions, hooks ?? {})
 }

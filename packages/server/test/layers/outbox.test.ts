@@ -11,6 +11,7 @@ import {
   type Publisher,
   webhookPublisher,
 } from '../../src/outbox/index.js'
+import { createDispatcherForTesting } from '../../src/testing/index.js'
 import { verifySignature } from '../../src/webhooks/index.js'
 import { engineFor, freshKey, setupDatabase, sleep } from '../helpers.js'
 
@@ -93,6 +94,11 @@ describe('enqueue', () => {
     }
     const publisher = recorder()
     expect(() => createDispatcher({ pool: db.pool, publisher, leaseMs: 0 })).toThrow('Expected `leaseMs`')
+    expect(() =>
+      createDispatcher({ pool: db.pool, publisher, hooks: {} } as unknown as Parameters<
+        typeof createDispatcher
+      >[0]),
+    ).toThrow('`hooks` is not an option of createDispatcher()')
     expect(() => createDispatcher({ pool: db.pool, publisher: {} as Publisher })).toThrow(
       'Expected `publisher`',
     )
@@ -178,7 +184,7 @@ describe('dispatcher', () => {
     const t = topic()
     const [id] = await enqueueCommitted([{ topic: t, payload: 1, aggregateKey: t }])
     const crashed = recorder()
-    const first = createDispatcher({
+    const first = createDispatcherForTesting({
       pool: db.pool,
       publisher: crashed,
       leaseMs: 300,
@@ -234,7 +240,7 @@ describe('dispatcher', () => {
   it('dead-letters a message whose dispatchers keep crashing on it', async () => {
     const t = topic()
     const [id] = await enqueueCommitted([{ topic: t, payload: 'crashes the dispatcher' }])
-    const crashing = createDispatcher({
+    const crashing = createDispatcherForTesting({
       pool: db.pool,
       leaseMs: 50,
       maxAttempts: 2,

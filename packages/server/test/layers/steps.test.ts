@@ -2,6 +2,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
 import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
+import { stepsForTesting } from '../../src/testing/index.js'
 import { engineFor, fingerprintOf, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
 
 let db: TestDatabase
@@ -58,7 +59,7 @@ function paymentFlow(
       opts.compensated?.push(name)
     },
   })
-  return steps<State>({
+  return stepsForTesting<State>({
     pool: db.pool,
     initialState: { amount: 100 },
     steps: [step('hold', 'holdId'), step('charge', 'chargeId'), step('ship', 'shipmentId')],
@@ -232,6 +233,13 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
         finish: () => ({}),
       }),
     ).toThrow('unique')
+    expect(() =>
+      steps({ pool: db.pool, steps: [], finish: () => ({}), hooks: {} } as unknown as Parameters<
+        typeof steps
+      >[0]),
+    ).toThrow(
+      "`hooks` is not an option of steps(): fault injection is for tests, through stepsForTesting() from '@oncely/server/testing'.",
+    )
     expect(() => createCompleter({ store: {} as never, redrive: async () => {} })).toThrow('Expected `store`')
   })
 })

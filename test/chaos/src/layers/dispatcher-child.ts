@@ -7,14 +7,14 @@
 import { jetstream } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
 import { jetStreamPublisher } from '@oncely/server/nats'
-import { createDispatcher } from '@oncely/server/outbox'
+import { createDispatcherForTesting } from '@oncely/server/testing'
 import pg from 'pg'
 
 const dieAfter = Number(process.env.DIE_AFTER_PUBLISHES ?? 0)
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 })
 const nc = await connect({ servers: process.env.NATS_URL })
 let published = 0
-const dispatcher = createDispatcher({
+const dispatcher = createDispatcherForTesting({
   pool,
   publisher: jetStreamPublisher({ js: jetstream(nc) }),
   leaseMs: 1_000,

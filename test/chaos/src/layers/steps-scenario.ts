@@ -9,7 +9,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createEngine, type ExecuteInput, migrate, type Outcome, postgresStore } from '@oncely/server'
-import { type Step, steps } from '@oncely/server/steps'
+import type { Step } from '@oncely/server/steps'
+import { stepsForTesting } from '@oncely/server/testing'
 import { createTestDatabase } from '@oncely/test-support'
 import type { Random } from '../random.js'
 import { type ScenarioResult, sleep } from './services.js'
@@ -63,7 +64,7 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
           return { [name]: effects.get(stepKey) as string }
         },
       })
-      return steps<State>({
+      return stepsForTesting<State>({
         pool: db.pool,
         steps: STEP_NAMES.map(step),
         hooks: {
