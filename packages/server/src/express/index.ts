@@ -6,11 +6,11 @@ import {
   headerStrings,
   misconfiguredAnswer,
   problemAnswer,
-  type ResponseTarget,
+  type ResponseWriter,
   resetHandlerHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse } from '../http/core.js'
+import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
 import { readNodeBody } from '../http/node.js'
 import {
   type AdapterLogger,
@@ -63,13 +63,13 @@ const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
     ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
     : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
 
-const target = (res: ServerResponse): ResponseTarget => ({
-  status: (code) => {
+const writer: ResponseWriter<ServerResponse> = {
+  status: (res, code) => {
     res.statusCode = code
   },
-  setHeader: (name, value) => res.setHeader(name, value),
-  removeHeader: (name) => res.removeHeader(name),
-})
+  setHeader: (res, name, value) => res.setHeader(name, value),
+  removeHeader: (res, name) => res.removeHeader(name),
+}
 
 /**
  * Holds what the handler writes to `res` (`res.json()`, `res.send()`, `writeHead`, `write`, `end`, a piped stream)
@@ -129,12 +129,12 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
         restore()
         ;(end as (chunk: Buffer) => ServerResponse).call(
           this,
-          answer.own ? body : writeReplacement(target(this), answer),
+          answer.own ? body : writeReplacement(writer, this, answer),
         )
       },
       (error) => {
         restore()
-        resetHandlerHeaders(target(this))
+        resetHandlerHeaders(writer, this)
         fail(error)
       },
     )
@@ -185,7 +185,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       request.idempotency = null
       if (SAFE_METHODS.has(req.method)) return handler(request, res, next)
       const answer = (value: Answer) => {
-        if (!value.own) res.end(writeReplacement(target(res), value))
+        if (!value.own) res.end(writeReplacement(writer, res, value))
       }
       const header = (name: string) => req.headers[name]
       const early = headerProblem(header, limit)
@@ -239,7 +239,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         return next(error)
       }
       if (verdict === undefined) return
-      if (verdict.pass) return handler(request, res, next)
+      if (verdict === PASS) return handler(request, res, next)
       answer(verdict)
     }
   }

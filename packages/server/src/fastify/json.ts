@@ -14,7 +14,7 @@ class InvalidJsonError extends Error {
 
 /**
  * Replaces the JSON parser of the context the plugin is registered in: idempotent routes parse strictly (see
- * `parseBody`); every other route keeps Fastify's own parser.
+ * `parseBody`); every other route keeps Fastify's own parser. `isIdempotent` may throw to refuse the request.
  */
 export function installStrictJsonParser(
   fastify: FastifyInstance,
@@ -22,7 +22,13 @@ export function installStrictJsonParser(
 ): void {
   const fallback = fastify.getDefaultJsonParser('error', 'error')
   fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (!isIdempotent(request)) return fallback(request, body as string, done)
+    let strict: boolean
+    try {
+      strict = isIdempotent(request)
+    } catch (error) {
+      return done(error as Error, undefined)
+    }
+    if (!strict) return fallback(request, body as string, done)
     const parsed = parseBody(body as string, (name) => request.headers[name])
     if (parsed.ok) done(null, parsed.body)
     else done(new InvalidJsonError(parsed.problem), undefined)

@@ -2,7 +2,6 @@ import type {
   FastifyInstance,
   FastifyReply,
   FastifyRequest,
-  onRequestHookHandler,
   onSendHookHandler,
   preParsingHookHandler,
   RouteHandlerMethod,
@@ -13,13 +12,12 @@ import { isStoreSetupError } from '../errors.js'
 import {
   type Answer,
   headerStrings,
-  misconfiguredAnswer,
   problemAnswer,
-  type ResponseTarget,
+  type ResponseWriter,
   resetHandlerHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse } from '../http/core.js'
+import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
 import { DEFAULT_MAX_BODY_BYTES, headerProblem } from '../http/request.js'
 import { payloadBytes } from './capture.js'
@@ -34,31 +32,77 @@ const kHeld = Symbol('oncely.held')
 type Held = FastifyRequest & { [kHeld]?: HeldResponse }
 type MarkedConfig = { idempotency?: unknown; [kRoute]?: ResolvedRoute }
 
-const configOf = (request: FastifyRequest) => request.routeOptions.config as MarkedConfig | undefined
+/** A request to a route that asks for idempotency but was registered before the plugin. */
+class UnpreparedRouteError extends Error {
+  override name = 'UnpreparedRouteError' as const
+  readonly statusCode = 500
+  readonly code = 'ONCELY_UNPREPARED_ROUTE'
+  constructor(
+    readonly route: string,
+    readonly config: MarkedConfig,
+  ) {
+    // What the client sees; the log has the route and the fix.
+    super('This route is not set up correctly.')
+  }
+}
 
 const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
   existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
 
-const target = (reply: FastifyReply): ResponseTarget => ({
-  status: (code) => reply.code(code),
-  setHeader: (name, value) => reply.header(name, value),
-  removeHeader: (name) => reply.removeHeader(name),
-})
+const writer: ResponseWriter<FastifyReply> = {
+  status: (reply, code) => reply.code(code),
+  setHeader: (reply, name, value) => reply.header(name, value),
+  removeHeader: (reply, name) => reply.removeHeader(name),
+}
 
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
 const sendAnswer = (reply: FastifyReply, answer: Answer): FastifyReply =>
-  answer.own ? reply : reply.send(writeReplacement(target(reply), answer))
+  answer.own ? reply : reply.send(writeReplacement(writer, reply, answer))
 
 async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
   const core = createHttpCore(engine, ADAPTER)
 
-  installStrictJsonParser(fastify, (request) => Boolean(configOf(request)?.[kRoute]))
-  fastify.decorateRequest('idempotency', null)
+  // A route registered before this plugin (or next to a `register()` that was not awaited) never passed through the
+  // onRoute hook below, so it would run without a key check. Its requests are refused, loudly, where the plugin
+  // still sees them without a cost to any other route: in the JSON parser (which reads the route's config anyway)
+  // and in `request.idempotency`.
+  const reported = new Set<string>()
+  const unprepared = (request: FastifyRequest, config: MarkedConfig): UnpreparedRouteError => {
+    const route = `${request.method} ${request.routeOptions.url}`
+    if (!reported.has(route)) {
+      reported.add(route)
+      request.log.error(
+        `oncely: route ${route} has config.idempotency but was registered before the idempotency plugin, so it cannot be made idempotent. Register the plugin first: \`await app.register(idempotency, { engine, tenant })\`, then the routes.`,
+      )
+    }
+    return new UnpreparedRouteError(route, config)
+  }
+  installStrictJsonParser(fastify, (request) => {
+    const config = request.routeOptions.config as MarkedConfig | undefined
+    if (config?.[kRoute]) return true
+    if (config?.idempotency && !SAFE_METHODS.has(request.method)) throw unprepared(request, config)
+    return false
+  })
+  const kContext = Symbol('oncely.context')
+  fastify.decorateRequest('idempotency', {
+    getter(this: FastifyRequest & { [kContext]?: ExecutionContext | null }) {
+      const context = this[kContext]
+      if (context !== undefined) return context
+      const config = this.routeOptions.config as MarkedConfig | undefined
+      if (config?.idempotency && !config[kRoute] && !SAFE_METHODS.has(this.method))
+        throw unprepared(this, config)
+      return null
+    },
+    setter(
+      this: FastifyRequest & { [kContext]?: ExecutionContext | null },
+      context: ExecutionContext | null,
+    ) {
+      this[kContext] = context
+    },
+  })
 
-  // A missing migration fails start-up with the table and the fix; a database that cannot be reached yet does not
-  // (it may come up later, and requests get 503 meanwhile), but is logged.
   fastify.addHook('onReady', async () => {
     try {
       await engine.verify()
@@ -67,23 +111,6 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       fastify.log.error({ err: error }, `oncely: could not check the idempotency store at start-up`)
     }
   })
-
-  // A route registered before this plugin (or next to it without awaiting `register`) never passed through the
-  // onRoute hook below, so it would run without a key check. Refuse its requests, loudly, rather than that.
-  const reported = new Set<string>()
-  const refuseUnprepared: onRequestHookHandler = (request, reply, done) => {
-    const config = configOf(request)
-    if (!config?.idempotency || config[kRoute] || SAFE_METHODS.has(request.method)) return done()
-    const route = `${request.method} ${request.routeOptions.url}`
-    if (!reported.has(route)) {
-      reported.add(route)
-      request.log.error(
-        `oncely: route ${route} has config.idempotency but was registered before the idempotency plugin, so it cannot be made idempotent. Register the plugin first: \`await app.register(idempotency, { engine, tenant })\`, then the routes.`,
-      )
-    }
-    sendAnswer(reply, misconfiguredAnswer('This route is not set up correctly.'))
-  }
-  fastify.addHook('onRequest', refuseUnprepared)
 
   const holdResponse: onSendHookHandler = async (request, reply, payload) => {
     const held = (request as Held)[kHeld]
@@ -96,10 +123,10 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       answer = await held.decision.promise
     } catch (error) {
       // The error page that replaces the response must not carry its Location, ETag, ...
-      resetHandlerHeaders(target(reply))
+      resetHandlerHeaders(writer, reply)
       throw error
     }
-    return answer.own ? body : writeReplacement(target(reply), answer)
+    return answer.own ? body : writeReplacement(writer, reply, answer)
   }
 
   fastify.addHook('onRoute', (routeOptions) => {
@@ -173,7 +200,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
         }),
       )
       if (verdict === undefined) return reply
-      if (verdict.pass) return original.call(this, request, reply)
+      if (verdict === PASS) return original.call(this, request, reply)
       return sendAnswer(reply, verdict)
     }
   })

@@ -1,6 +1,6 @@
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
-import { misconfiguredAnswer, problemAnswer, type Replacement } from '../http/answer.js'
-import { createHttpCore } from '../http/core.js'
+import { misconfiguredAnswer, problemAnswer, type Replacement, replacementHeaders } from '../http/answer.js'
+import { createHttpCore, PASS } from '../http/core.js'
 import {
   type AdapterLogger,
   type AdapterOptions,
@@ -113,7 +113,7 @@ function queryOf(url: URL): Record<string, unknown> {
 const toResponse = (answer: Replacement) =>
   new Response(NULL_BODY_STATUSES.has(answer.status) ? null : new Uint8Array(answer.body), {
     status: answer.status,
-    headers: answer.headers,
+    headers: replacementHeaders(answer),
   })
 
 /**
@@ -207,7 +207,7 @@ export function idempotency<Args extends unknown[] = []>(
           return { status: own.status, headers, body: ownBody }
         },
       })
-      if (verdict.pass) return handler(request, { body, idempotency: null }, ...args)
+      if (verdict === PASS) return handler(request, { body, idempotency: null }, ...args)
       if (!verdict.own) return toResponse(verdict)
       const response = own as Response
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : ownBody, {

@@ -16,6 +16,8 @@ export interface Replacement {
   /** Lower-case names. */
   headers: Record<string, string>
   body: Buffer
+  /** Adds `Idempotent-Replayed: true`. */
+  replayed?: boolean
 }
 
 /** A replacement, as an {@link Answer}. */
@@ -47,8 +49,7 @@ export function misconfiguredAnswer(detail: string): ReplacingAnswer {
 }
 
 function stored(response: StoredResponse, replayed: boolean): ReplacingAnswer {
-  const headers = replayed ? { ...response.headers, [REPLAYED]: 'true' } : response.headers
-  return { own: false, status: response.status, headers, body: response.body }
+  return { own: false, status: response.status, headers: response.headers, body: response.body, replayed }
 }
 
 /**
@@ -85,16 +86,19 @@ export function answerFor(outcome: Outcome, responded: boolean): Answer {
   }
 }
 
-/** The few operations an adapter's response object offers to write a replacement. */
-export interface ResponseTarget {
-  status(code: number): void
-  setHeader(name: string, value: string): void
-  removeHeader(name: string): void
+/**
+ * How an adapter writes to its framework's response object, as plain functions of it (one object per adapter, so
+ * writing an answer allocates nothing).
+ */
+export interface ResponseWriter<Response> {
+  status(response: Response, code: number): void
+  setHeader(response: Response, name: string, value: string): void
+  removeHeader(response: Response, name: string): void
 }
 
 /** Removes the headers a handler set that describe its response (before an error page replaces that response). */
-export function resetHandlerHeaders(target: ResponseTarget): void {
-  for (const name of RESET_HEADERS) target.removeHeader(name)
+export function resetHandlerHeaders<R>(writer: ResponseWriter<R>, response: R): void {
+  for (const name of RESET_HEADERS) writer.removeHeader(response, name)
 }
 
 /**
@@ -102,11 +106,17 @@ export function resetHandlerHeaders(target: ResponseTarget): void {
  * the handler set that would contradict it (headers set by earlier hooks, such as a request id, stay), and
  * returns the body to send.
  */
-export function writeReplacement(target: ResponseTarget, answer: Replacement): Buffer {
-  resetHandlerHeaders(target)
-  target.status(answer.status)
-  for (const [name, value] of Object.entries(answer.headers)) target.setHeader(name, value)
+export function writeReplacement<R>(writer: ResponseWriter<R>, response: R, answer: Replacement): Buffer {
+  resetHandlerHeaders(writer, response)
+  writer.status(response, answer.status)
+  for (const name in answer.headers) writer.setHeader(response, name, answer.headers[name]!)
+  if (answer.replayed) writer.setHeader(response, REPLAYED, 'true')
   return answer.body
+}
+
+/** A replacement's headers as one object, for a response built from scratch (the Fetch API's). */
+export function replacementHeaders(answer: Replacement): Record<string, string> {
+  return answer.replayed ? { ...answer.headers, [REPLAYED]: 'true' } : answer.headers
 }
 
 /** A response's headers as strings, lower-case names (a repeated header joined with commas). */

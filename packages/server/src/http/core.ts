@@ -1,4 +1,4 @@
-import { type ProblemDetails, parseIdempotencyKey, problem } from '@oncely/protocol'
+import { parseIdempotencyKey, problem } from '@oncely/protocol'
 import type { Engine, ExecuteInput, ExecutionContext, HandlerResponse, Outcome } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
 import { type Answer, answerFor, misconfiguredAnswer, problemAnswer } from './answer.js'
@@ -23,11 +23,11 @@ export interface Exchange {
   log: AdapterLogger
 }
 
-/** What the adapter does with a request the core looked at. */
-export type Verdict = { pass: true } | ({ pass: false } & Answer)
+/** The verdict on an optional route called without a key: run the handler without the layer. */
+export const PASS = Symbol('oncely.pass')
 
-const PASS: Verdict = { pass: true }
-const verdict = (answer: Answer): Verdict => ({ pass: false, ...answer }) as Verdict
+/** What the adapter does with a request the core looked at: send the answer, or run the handler without the layer. */
+export type Verdict = Answer | typeof PASS
 
 /** The per-adapter half of the layer: the engine, the tenant resolution and what is worth an error log. */
 export interface HttpCore {
@@ -37,8 +37,6 @@ export interface HttpCore {
    */
   handle(route: ResolvedRoute, exchange: Exchange): Promise<Verdict>
 }
-
-const problemVerdict = (details: ProblemDetails) => verdict(problemAnswer(details))
 
 export function createHttpCore(engine: Engine, adapter: string): HttpCore {
   // True from the first `unavailable` outcome until a request gets through again: one error log per outage, with
@@ -65,7 +63,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     if (!parsed.ok) {
       if (parsed.code === 'idempotency_key_missing' && !route.required) return PASS
       exchange.log.info?.({ idempotencyKeyError: parsed.code }, 'oncely: rejected idempotency key')
-      return problemVerdict(problem(parsed.code, parsed.detail))
+      return problemAnswer(problem(parsed.code, parsed.detail))
     }
     const key = parsed.key
     const scope = await exchange.tenant()
@@ -74,7 +72,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
         { tenant: scope === '' ? '' : typeof scope },
         `oncely: the \`tenant\` function of ${adapter} returned ${scope === '' ? 'an empty string' : String(scope)} instead of the tenant id; return a non-empty string (the tenant or user id from authentication), and reject unauthenticated requests before this route.`,
       )
-      return verdict(misconfiguredAnswer('The server could not tell whose request this is.'))
+      return misconfiguredAnswer('The server could not tell whose request this is.')
     }
     const operation = route.operation ?? `${exchange.method} ${exchange.route}`
     let responded = false
@@ -105,7 +103,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     )
     if (outcome.kind === 'unavailable') reportUnavailable(outcome.error, exchange.log)
     else outage = false
-    return verdict(answerFor(outcome, responded))
+    return answerFor(outcome, responded)
   }
 
   return { handle }
@@ -171,7 +169,7 @@ export class HeldResponse {
     try {
       const result = await verdict
       this.capturing = false
-      if (!this.sent || result.pass) return result
+      if (!this.sent || result === PASS) return result
       this.decision.resolve(result)
       return undefined
     } catch (error) {
