@@ -13,29 +13,18 @@ import {
 import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
 import { readNodeBody } from '../http/node.js'
 import {
-  type AdapterLogger,
-  type AdapterOptions,
   checkAdapterOptions,
   consoleLogger,
   type IdempotencyRouteOptions,
-  resolveRoute,
+  routeArguments,
+  type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem, parseBody } from '../http/request.js'
+import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod, parseBody } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 
-/** Options of {@link idempotency}. */
-export interface ExpressIdempotencyOptions extends AdapterOptions<Request> {
-  /**
-   * Where errors are logged: a store outage (once, with its cause and fix), a `tenant` function that returned no
-   * tenant. Any pino-style logger (`logger.error(details, message)`); with `info`, one line per settled request.
-   * @default console.error, errors only
-   * @example
-   * logger: pino()
-   */
-  logger?: AdapterLogger
-}
+/** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
+export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
 
 /** An Express request on an idempotent route: `req.idempotency` is the execution context (`tx`, `key`, ...). */
 export type IdempotentRequest<Context extends ExecutionContext | null = ExecutionContext> = Request & {
@@ -170,20 +159,13 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
     optionsOrHandler: IdempotencyRouteOptions | IdempotentHandler<ExecutionContext | null>,
     maybeHandler?: IdempotentHandler<ExecutionContext | null>,
   ): RequestHandler {
-    const handler = typeof optionsOrHandler === 'function' ? optionsOrHandler : maybeHandler
-    const routeOptions = typeof optionsOrHandler === 'function' ? undefined : optionsOrHandler
-    if (typeof handler !== 'function') {
-      throw new TypeError(
-        'Expected a route handler: `idempotent(handler)` or `idempotent(options, handler)`.',
-      )
-    }
-    const route = resolveRoute(routeOptions, (option) => `${option ?? 'options'}\` of \`idempotent()`)
+    const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     return async function idempotentRoute(req: Request, res: Response, next: NextFunction) {
       const request = req as IdempotentRequest<ExecutionContext | null>
       request.idempotency = null
-      if (SAFE_METHODS.has(req.method)) return handler(request, res, next)
+      if (isSafeMethod(req.method)) return handler(request, res, next)
       const answer = (value: Answer) => {
         if (!value.own) res.end(writeReplacement(writer, res, value))
       }

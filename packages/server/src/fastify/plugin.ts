@@ -19,12 +19,11 @@ import {
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem } from '../http/request.js'
+import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod } from '../http/request.js'
 import { payloadBytes } from './capture.js'
 import type { IdempotencyPluginOptions } from './config.js'
 import { frameworkProblem, installStrictJsonParser } from './json.js'
 
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 const ADAPTER = '@oncely/server/fastify'
 /** Marks a route's config as set up by the plugin, holding its resolved options. */
 const kRoute = Symbol('oncely.route')
@@ -82,7 +81,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
   installStrictJsonParser(fastify, (request) => {
     const config = request.routeOptions.config as MarkedConfig | undefined
     if (config?.[kRoute]) return true
-    if (config?.idempotency && !SAFE_METHODS.has(request.method)) throw unprepared(request, config)
+    if (config?.idempotency && !isSafeMethod(request.method)) throw unprepared(request, config)
     return false
   })
   const kContext = Symbol('oncely.context')
@@ -91,8 +90,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       const context = this[kContext]
       if (context !== undefined) return context
       const config = this.routeOptions.config as MarkedConfig | undefined
-      if (config?.idempotency && !config[kRoute] && !SAFE_METHODS.has(this.method))
-        throw unprepared(this, config)
+      if (config?.idempotency && !config[kRoute] && !isSafeMethod(this.method)) throw unprepared(this, config)
       return null
     },
     setter(
@@ -137,7 +135,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     )
     const template = routeOptions.url
     const where = `${methods.join(',')} ${template}`
-    const safe = methods.filter((method) => SAFE_METHODS.has(method))
+    const safe = methods.filter((method) => isSafeMethod(method))
     if (safe.length > 0) {
       throw new TypeError(
         `Expected \`config.idempotency\` only on POST, PUT, PATCH or DELETE routes, but route \`${where}\` answers ${safe.join(', ')}: safe methods are never idempotency-checked. Remove the config, or split the route.`,

@@ -2,23 +2,23 @@ import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import { misconfiguredAnswer, problemAnswer, type Replacement, replacementHeaders } from '../http/answer.js'
 import { createHttpCore, PASS } from '../http/core.js'
 import {
-  type AdapterLogger,
   type AdapterOptions,
   checkAdapterOptions,
   consoleLogger,
   type IdempotencyRouteOptions,
-  resolveRoute,
+  routeArguments,
+  type StandaloneAdapterOptions,
 } from '../http/options.js'
 import {
   type BodyResult,
   DEFAULT_MAX_BODY_BYTES,
   headerProblem,
+  isSafeMethod,
   parseBody,
   payloadTooLarge,
 } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/fetch'
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 // Statuses whose response may not have a body (the Response constructor throws for one).
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
 
@@ -26,16 +26,7 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
  * Options of {@link idempotency}. `Args` are the arguments your server passes after the `Request` (Hono's context,
  * Next.js's `{ params }`), which `tenant` and your handlers also receive.
  */
-export interface FetchIdempotencyOptions<Args extends unknown[] = []> extends AdapterOptions<Request, Args> {
-  /**
-   * Where errors are logged: a store outage (once, with its cause and fix), a `tenant` function that returned no
-   * tenant. Any pino-style logger (`logger.error(details, message)`); with `info`, one line per settled request.
-   * @default console.error, errors only
-   * @example
-   * logger: pino()
-   */
-  logger?: AdapterLogger
-}
+export type FetchIdempotencyOptions<Args extends unknown[] = []> = StandaloneAdapterOptions<Request, Args>
 
 /** Options of one idempotent handler: the route options, and the route template. */
 export interface FetchRouteOptions extends IdempotencyRouteOptions {
@@ -142,12 +133,14 @@ export function idempotency<Args extends unknown[] = []>(
     optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext | null>,
     maybeHandler?: FetchIdempotentHandler<Args, ExecutionContext | null>,
   ): (request: Request, ...args: Args) => Promise<Response> {
-    const handler = typeof optionsOrHandler === 'function' ? optionsOrHandler : maybeHandler
-    const routeOptions = typeof optionsOrHandler === 'function' ? undefined : optionsOrHandler
-    if (typeof handler !== 'function') {
-      throw new TypeError('Expected a handler: `idempotent(handler)` or `idempotent(options, handler)`.')
-    }
-    const route = resolveRoute(routeOptions, (option) => `${option ?? 'options'}\` of \`idempotent()`)
+    const {
+      handler,
+      options: routeOptions,
+      route,
+    } = routeArguments<FetchRouteOptions, FetchIdempotentHandler<Args, ExecutionContext | null>>(
+      optionsOrHandler,
+      maybeHandler,
+    )
     if (
       routeOptions?.route !== undefined &&
       (typeof routeOptions.route !== 'string' || routeOptions.route === '')
@@ -158,7 +151,7 @@ export function idempotency<Args extends unknown[] = []>(
 
     return async function idempotentHandler(request: Request, ...args: Args): Promise<Response> {
       const method = request.method.toUpperCase()
-      if (SAFE_METHODS.has(method)) {
+      if (isSafeMethod(method)) {
         log.error(
           {},
           `oncely: an idempotent() handler got a ${method} request; safe methods are never idempotency-checked. Export it for POST, PUT, PATCH or DELETE only.`,

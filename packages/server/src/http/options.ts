@@ -221,6 +221,39 @@ export interface AdapterOptions<Request, Args extends unknown[] = []> {
   tenant: (request: Request, ...args: Args) => string | Promise<string>
 }
 
+/** The options of an adapter whose framework has no logger of its own (Express, the Fetch API). */
+export interface StandaloneAdapterOptions<Request, Args extends unknown[] = []>
+  extends AdapterOptions<Request, Args> {
+  /**
+   * Where errors are logged: a store outage (once, with its cause and fix), a `tenant` function that returned no
+   * tenant. Any pino-style logger (`logger.error(details, message)`); with `info`, one line per settled request.
+   * @default console.error, errors only
+   * @example
+   * logger: pino()
+   */
+  logger?: AdapterLogger
+}
+
+/**
+ * Reads the arguments of an adapter's `idempotent(handler)` or `idempotent(options, handler)` and validates the
+ * options, naming them as options of `idempotent()`.
+ */
+export function routeArguments<Options extends IdempotencyRouteOptions, Handler>(
+  optionsOrHandler: Options | Handler,
+  maybeHandler: Handler | undefined,
+): { handler: Handler; options: Options | undefined; route: ResolvedRoute } {
+  const handler = typeof optionsOrHandler === 'function' ? optionsOrHandler : maybeHandler
+  const options = typeof optionsOrHandler === 'function' ? undefined : (optionsOrHandler as Options)
+  if (typeof handler !== 'function') {
+    throw new TypeError('Expected a route handler: `idempotent(handler)` or `idempotent(options, handler)`.')
+  }
+  return {
+    handler,
+    options,
+    route: resolveRoute(options, (option) => `${option ?? 'options'}\` of \`idempotent()`),
+  }
+}
+
 /** Checks the options every adapter shares, naming the adapter and the bad option. */
 export function checkAdapterOptions(options: AdapterOptions<never, never>, adapter: string): void {
   if (typeof options !== 'object' || options === null) {

@@ -12,6 +12,11 @@ import type { ResolvedRoute } from './options.js'
 /** Reads one request header by its lower-case name, as the framework has it. */
 export type HeaderReader = (name: string) => string | readonly string[] | null | undefined
 
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+
+/** GET, HEAD and OPTIONS: never idempotency-checked (they must not change anything). Expects upper case. */
+export const isSafeMethod = (method: string): boolean => SAFE_METHODS.has(method)
+
 /** The body limit when a route sets none (Fastify's own default, so every adapter agrees). */
 export const DEFAULT_MAX_BODY_BYTES = 1_048_576
 

@@ -287,22 +287,27 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
   })
 
   describe('crashes and a store that fails', () => {
-    it('an attempt that crashed mid-handler is taken over after its lease, with one effect', async () => {
-      const lease = 300
+    /** An app whose engine throws once at `step`, as a process that crashed there would stop. */
+    async function crashingOnce(step: 'beforeCommit' | 'afterCommit', leaseMs?: number) {
       let crash = true
-      const crashing = await start(db.pool, {
+      return start(db.pool, {
         engine: {
-          leaseMs: lease,
+          ...(leaseMs ? { leaseMs } : {}),
           hooks: {
-            beforeCommit: () => {
+            [step]: () => {
               if (crash) {
                 crash = false
-                throw new Error('injected crash after the business write')
+                throw new Error(`injected crash at ${step}`)
               }
             },
           },
         },
       })
+    }
+
+    it('an attempt that crashed mid-handler is taken over after its lease, with one effect', async () => {
+      const lease = 300
+      const crashing = await crashingOnce('beforeCommit', lease)
       try {
         const key = freshKey()
         const body = { cart: key, amount: 5 }
@@ -325,19 +330,7 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     })
 
     it('a crash after the commit, before the reply: the client saw nothing, and the retry replays', async () => {
-      let crash = true
-      const crashing = await start(db.pool, {
-        engine: {
-          hooks: {
-            afterCommit: () => {
-              if (crash) {
-                crash = false
-                throw new Error('injected crash after the commit')
-              }
-            },
-          },
-        },
-      })
+      const crashing = await crashingOnce('afterCommit')
       try {
         const key = freshKey()
         const body = { cart: key, amount: 6 }

@@ -1,8 +1,10 @@
 // The same small payments API on each adapter, over a real socket: bearer-token auth (the token is the tenant),
 // one idempotent route that inserts a payment in the idempotency transaction, and a few routes for the edge cases.
 // The contract suite runs the same cases against every one of them.
+
+import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { serve } from '@hono/node-server'
+import { type ServerType, serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
 import { Hono } from 'hono'
@@ -90,6 +92,16 @@ async function slow(ctx: ExecutionContext, tenant: string, body: PaymentBody, ga
   ])
   await gate?.()
   return { status: 201, headers: {}, body: { cart: body.cart, attempt: ctx.attempt } }
+}
+
+/** The URL of a Node server once it listens, and how to close it. */
+async function listening(server: Server | ServerType): Promise<Pick<RunningApp, 'url' | 'close'>> {
+  if (!server.listening) await new Promise<void>((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  }
 }
 
 const errorSink = (errors: LogLine[]) => ({
@@ -182,15 +194,7 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
   app.use((error: { statusCode?: number }, _req: express.Request, res: express.Response, _next: unknown) => {
     res.status(error.statusCode ?? 500).json({ error: 'failed' })
   })
-  const server = app.listen(0, '127.0.0.1')
-  await new Promise<void>((resolve) => server.once('listening', resolve))
-  const { port } = server.address() as AddressInfo
-  return {
-    url: `http://127.0.0.1:${port}`,
-    events,
-    errors,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  }
+  return { events, errors, ...(await listening(app.listen(0, '127.0.0.1'))) }
 }
 
 type HonoEnv = { Variables: { tenant: string } }
@@ -233,15 +237,7 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
   app.onError((error, c) =>
     c.json({ error: 'failed' }, ((error as { statusCode?: number }).statusCode ?? 500) as 500),
   )
-  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' })
-  await new Promise<void>((resolve) => server.once('listening', resolve))
-  const { port } = server.address() as AddressInfo
-  return {
-    url: `http://127.0.0.1:${port}`,
-    events,
-    errors,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  }
+  return { events, errors, ...(await listening(serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }))) }
 }
 
 export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions) => Promise<RunningApp>> = {
