@@ -10,7 +10,7 @@ import {
   resetHandlerHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
+import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
 import { readNodeBody } from '../http/node.js'
 import {
   checkAdapterOptions,
@@ -191,32 +191,31 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       }
 
       const held = new HeldResponse()
-      let verdict: Awaited<ReturnType<HeldResponse['settle']>>
+      let verdict: Verdict | undefined
       try {
-        verdict = await held.settle(
-          core.handle(route, {
-            method: req.method,
-            route: template ?? (route.operation as string),
-            header,
-            body,
-            query: () => req.query as Record<string, unknown>,
-            tenant: () => tenant(req),
-            log,
-            run: (ctx) => {
-              request.idempotency = ctx
-              holdResponse(res, held, next)
-              return held.run(
-                () =>
-                  new Promise((resolve, reject) => {
-                    // `next()` and `next('route')` hand the request on (its response is still held); an error fails it.
-                    const passOn: NextFunction = (error?: unknown) =>
-                      !error || error === 'route' || error === 'router' ? next(error) : reject(error)
-                    Promise.resolve(handler(request, res, passOn)).then(resolve, reject)
-                  }),
-              )
-            },
-          }),
-        )
+        verdict = await core.handle(route, {
+          method: req.method,
+          route: template ?? (route.operation as string),
+          header,
+          body,
+          query: () => req.query as Record<string, unknown>,
+          tenant: () => tenant(req),
+          log,
+          held,
+          run: (ctx) => {
+            request.idempotency = ctx
+            holdResponse(res, held, next)
+            return held.run(
+              () =>
+                new Promise((resolve, reject) => {
+                  // `next()` and `next('route')` hand the request on (its response is still held); an error fails it.
+                  const passOn: NextFunction = (error?: unknown) =>
+                    !error || error === 'route' || error === 'router' ? next(error) : reject(error)
+                  Promise.resolve(handler(request, res, passOn)).then(resolve, reject)
+                }),
+            )
+          },
+        })
       } catch (error) {
         return next(error)
       }

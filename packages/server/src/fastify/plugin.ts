@@ -170,33 +170,32 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     const original = routeOptions.handler as RouteHandlerMethod
     routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {
       const held = new HeldResponse()
-      const verdict = await held.settle(
-        core.handle(route, {
-          method: request.method,
-          route: template,
-          header: (name) => request.headers[name],
-          body: request.body,
-          query: () => request.query as Record<string, unknown>,
-          tenant: () => tenant(request),
-          log: request.log,
-          run: (ctx) => {
-            ;(request as { idempotency: ExecutionContext | null }).idempotency = ctx
-            ;(request as Held)[kHeld] = held
-            const send = reply.send
-            reply.send = function (payload?: unknown) {
-              held.sent = true
-              reply.send = send
-              return send.call(this, payload)
-            }
-            return held.run(
-              () => original.call(this, request, reply),
-              (value) => {
-                if (value !== undefined && value !== reply) reply.send(value)
-              },
-            )
-          },
-        }),
-      )
+      const verdict = await core.handle(route, {
+        method: request.method,
+        route: template,
+        header: (name) => request.headers[name],
+        body: request.body,
+        query: () => request.query as Record<string, unknown>,
+        tenant: () => tenant(request),
+        log: request.log,
+        held,
+        run: (ctx) => {
+          ;(request as { idempotency: ExecutionContext | null }).idempotency = ctx
+          ;(request as Held)[kHeld] = held
+          const send = reply.send
+          reply.send = function (payload?: unknown) {
+            held.sent = true
+            reply.send = send
+            return send.call(this, payload)
+          }
+          return held.run(
+            () => original.call(this, request, reply),
+            (value) => {
+              if (value !== undefined && value !== reply) reply.send(value)
+            },
+          )
+        },
+      })
       if (verdict === undefined) return reply
       if (verdict === PASS) return original.call(this, request, reply)
       return sendAnswer(reply, verdict)

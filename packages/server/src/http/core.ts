@@ -21,6 +21,11 @@ export interface Exchange {
   /** Runs the route's handler with the context and resolves with its response once it answered. */
   run: (ctx: ExecutionContext) => Promise<HandlerResponse>
   log: AdapterLogger
+  /**
+   * Where the handler's intercepted send waits for the engine's decision, for adapters whose handlers write to a
+   * response object. Once it sent, the answer (or the error) goes there and `handle` resolves `undefined`.
+   */
+  held?: HeldResponse
 }
 
 /** The verdict on an optional route called without a key: run the handler without the layer. */
@@ -33,9 +38,11 @@ export type Verdict = Answer | typeof PASS
 export interface HttpCore {
   /**
    * Parses the key, resolves the tenant, fingerprints the request and runs it through the engine; resolves with the
-   * answer for the client, or `pass` when an optional route got no key (run the handler without the layer).
+   * answer for the client, `PASS` when an optional route got no key (run the handler without the layer), or
+   * `undefined` when the answer went to the handler's held send.
    */
-  handle(route: ResolvedRoute, exchange: Exchange): Promise<Verdict>
+  handle(route: ResolvedRoute, exchange: Exchange & { held: HeldResponse }): Promise<Verdict | undefined>
+  handle(route: ResolvedRoute, exchange: Exchange & { held?: undefined }): Promise<Verdict>
 }
 
 export function createHttpCore(engine: Engine, adapter: string): HttpCore {
@@ -58,7 +65,24 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     )
   }
 
-  async function handle(route: ResolvedRoute, exchange: Exchange): Promise<Verdict> {
+  async function handle(route: ResolvedRoute, exchange: Exchange): Promise<Verdict | undefined> {
+    const { held } = exchange
+    if (!held) return decide(route, exchange)
+    try {
+      const verdict = await decide(route, exchange)
+      held.capturing = false
+      if (!held.sent) return verdict
+      held.decision.resolve(verdict as Answer)
+      return undefined
+    } catch (error) {
+      held.capturing = false
+      if (!held.sent) throw error
+      held.decision.reject(error)
+      return undefined
+    }
+  }
+
+  async function decide(route: ResolvedRoute, exchange: Exchange): Promise<Verdict> {
     const parsed = parseIdempotencyKey(exchange.header('idempotency-key'))
     if (!parsed.ok) {
       if (parsed.code === 'idempotency_key_missing' && !route.required) return PASS
@@ -106,7 +130,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     return answerFor(outcome, responded)
   }
 
-  return { handle }
+  return { handle } as HttpCore
 }
 
 function messageOf(error: unknown): string {
@@ -136,15 +160,16 @@ function deferred<T>(): Deferred<T> {
  * object (Fastify's reply, Express's res). The adapter intercepts the send, hands the response to the engine
  * (`captured`) and waits for the engine's decision (`decision`): only once the key record and the business writes
  * are committed does a byte leave, so a crash after the commit replays the same response and a failed commit never
- * reaches the client as a 2xx.
+ * reaches the client as a 2xx. Pass it as `Exchange.held`.
  */
 export class HeldResponse {
   /** True while the handler runs and its response has not been captured yet. */
   capturing = false
   /** True once the handler sent its response (now waiting in `decision`). */
   sent = false
-  readonly captured = deferred<HandlerResponse>()
-  readonly decision = deferred<Answer>()
+  /** Created when the handler runs (a replay, a 409 or a 422 never needs them). */
+  captured!: Deferred<HandlerResponse>
+  decision!: Deferred<Answer>
 
   /**
    * Runs the handler and resolves with its response once it sent one. A handler may resolve before it sends (a
@@ -152,6 +177,8 @@ export class HeldResponse {
    * raced against the capture instead of awaited. `returned` sees the value it resolved with.
    */
   async run(invoke: () => unknown, returned?: (value: unknown) => void): Promise<HandlerResponse> {
+    this.captured = deferred()
+    this.decision = deferred()
     this.capturing = true
     const done = Promise.resolve(invoke()).then((value) => ({ value }))
     done.catch(() => {})
@@ -159,24 +186,5 @@ export class HeldResponse {
     if (!('value' in first)) return first
     if (!this.sent) returned?.(first.value)
     return this.captured.promise
-  }
-
-  /**
-   * Hands the answer to the intercepted send that waits for it and resolves `undefined`; or, when the handler sent
-   * nothing, resolves with the answer for the adapter to write. Errors go the same two ways.
-   */
-  async settle(verdict: Promise<Verdict>): Promise<Verdict | undefined> {
-    try {
-      const result = await verdict
-      this.capturing = false
-      if (!this.sent || result === PASS) return result
-      this.decision.resolve(result)
-      return undefined
-    } catch (error) {
-      this.capturing = false
-      this.decision.reject(error)
-      if (this.sent) return undefined
-      throw error
-    }
   }
 }
