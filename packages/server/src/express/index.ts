@@ -227,4 +227,4 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   return idempotent as Idempotent
 }
 
-export type { IdempotencyRouteOptions } from '../http/options.js'
+export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -36,10 +36,7 @@ class UnpreparedRouteError extends Error {
   override name = 'UnpreparedRouteError' as const
   readonly statusCode = 500
   readonly code = 'ONCELY_UNPREPARED_ROUTE'
-  constructor(
-    readonly route: string,
-    readonly config: MarkedConfig,
-  ) {
+  constructor(readonly route: string) {
     // What the client sees; the log has the route and the fix.
     super('This route is not set up correctly.')
   }
@@ -68,7 +65,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
   // still sees them without a cost to any other route: in the JSON parser (which reads the route's config anyway)
   // and in `request.idempotency`.
   const reported = new Set<string>()
-  const unprepared = (request: FastifyRequest, config: MarkedConfig): UnpreparedRouteError => {
+  const unprepared = (request: FastifyRequest): UnpreparedRouteError => {
     const route = `${request.method} ${request.routeOptions.url}`
     if (!reported.has(route)) {
       reported.add(route)
@@ -76,12 +73,12 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
         `oncely: route ${route} has config.idempotency but was registered before the idempotency plugin, so it cannot be made idempotent. Register the plugin first: \`await app.register(idempotency, { engine, tenant })\`, then the routes.`,
       )
     }
-    return new UnpreparedRouteError(route, config)
+    return new UnpreparedRouteError(route)
   }
   installStrictJsonParser(fastify, (request) => {
     const config = request.routeOptions.config as MarkedConfig | undefined
     if (config?.[kRoute]) return true
-    if (config?.idempotency && !isSafeMethod(request.method)) throw unprepared(request, config)
+    if (config?.idempotency && !isSafeMethod(request.method)) throw unprepared(request)
     return false
   })
   const kContext = Symbol('oncely.context')
@@ -90,7 +87,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       const context = this[kContext]
       if (context !== undefined) return context
       const config = this.routeOptions.config as MarkedConfig | undefined
-      if (config?.idempotency && !config[kRoute] && !isSafeMethod(this.method)) throw unprepared(this, config)
+      if (config?.idempotency && !config[kRoute] && !isSafeMethod(this.method)) throw unprepared(this)
       return null
     },
     setter(

@@ -213,4 +213,4 @@ export function idempotency<Args extends unknown[] = []>(
   return idempotent as FetchIdempotent<Args>
 }
 
-export type { IdempotencyRouteOptions } from '../http/options.js'
+export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'
