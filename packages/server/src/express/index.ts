@@ -112,13 +112,16 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
       chunks.push(toBuffer(args[0] as Chunk, args[1]))
     }
     const body = Buffer.concat(chunks)
+    // `end(callback)`, `end(chunk, callback)`, `end(chunk, encoding, callback)`: the callback runs on the real end.
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
     held.captured.resolve({ status: this.statusCode, headers: headerStrings(this.getHeaders()), body })
     held.decision.promise.then(
       (answer: Answer) => {
         restore()
-        ;(end as (chunk: Buffer) => ServerResponse).call(
+        ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
           this,
           answer.own ? body : writeReplacement(writer, this, answer),
+          callback,
         )
       },
       (error) => {

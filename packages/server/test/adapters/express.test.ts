@@ -15,6 +15,7 @@ let url: string
 let server: ReturnType<express.Express['listen']>
 const errors: string[] = []
 let runs = 0
+let endCallbacks = 0
 
 beforeAll(async () => {
   db = await setupDatabase('express')
@@ -37,7 +38,9 @@ beforeAll(async () => {
       await insert(req)
       res.writeHead(202, 'Accepted', { 'content-type': 'text/plain', location: '/x/1' })
       res.write('part one, ')
-      res.end('part two')
+      res.end('part two', () => {
+        endCallbacks++
+      })
     }),
   )
   app.post(
@@ -117,6 +120,13 @@ describe('what the handler writes is held, then sent or replayed', () => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true')
     expect(replay.headers.get('content-type')).toBe(first.headers.get('content-type'))
     expect(await effects(key)).toBe(1)
+  })
+
+  it("calls the handler's end() callback once the response is really sent", async () => {
+    const before = endCallbacks
+    const key = freshKey()
+    await (await post('/write-head', key, { cart: key })).text()
+    expect(endCallbacks - before).toBe(1)
   })
 
   it('an error passed to next() rolls back the writes and, when permanent, is stored and replayed', async () => {
