@@ -4,6 +4,8 @@ export default defineConfig({
   entry: {
     index: 'src/index.ts',
     fastify: 'src/fastify/index.ts',
+    express: 'src/express/index.ts',
+    fetch: 'src/fetch/index.ts',
     outbox: 'src/outbox/index.ts',
     inbox: 'src/inbox/index.ts',
     steps: 'src/steps/index.ts',

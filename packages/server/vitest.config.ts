@@ -9,10 +9,10 @@ const PROTOCOLS = ['row', 'lock'] as const
 // depend on one, run once.
 const onePass = ['test/protocols.test.ts', 'test/migrations.test.ts', 'test/layers/optional-deps.test.ts']
 
-// The engine's contract suite runs a second time per protocol through a real PgBouncer in transaction mode
+// The engine and HTTP contract suites run a second time per protocol through a real PgBouncer in transaction mode
 // (test/pgbouncer-setup.ts), as production Postgres is usually reached. CI installs pgbouncer; elsewhere these
 // projects are left out when it is missing.
-const throughPooler = ['test/engine.test.ts']
+const throughPooler = ['test/engine.test.ts', 'test/adapters/contract.test.ts']
 const withPooler =
   Boolean(process.env.CI) ||
   [process.env.PGBOUNCER_PATH, '/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].some((p) => p && existsSync(p))

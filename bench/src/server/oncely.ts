@@ -22,7 +22,7 @@ function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'
         replayCache ? { store, reservation } : { store, reservation, replayCache: false },
       )
       await scope.register(idempotency, { engine, tenant: () => 'bench' })
-      scope.post<{ Body: Transfer }>(
+      scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
         '/ledger',
         { config: { idempotency: { required: true } } },
         async (request, reply) => {

@@ -1,3 +1,6 @@
+export type { FingerprintInput } from '@oncely/protocol'
+// The request fingerprint, for calling the engine without an HTTP adapter (no need to add @oncely/protocol).
+export { requestFingerprint } from '@oncely/protocol'
 export type { BackstopOptions, BackstopResult } from './backstop.js'
 export { insertOrExisting } from './backstop.js'
 export { defaultClassify, defaultRenderError } from './engine/classify.js'

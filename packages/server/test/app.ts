@@ -25,7 +25,10 @@ export async function buildApp(pool: pg.Pool, options: Partial<TestingEngineOpti
   })
   await app.register(idempotency, { engine, tenant: (request) => request.user })
 
-  app.post<{ Body: { cart: string; amount: number; decline?: boolean; fail?: string; big?: number } }>(
+  app.post<
+    { Body: { cart: string; amount: number; decline?: boolean; fail?: string; big?: number } },
+    { idempotency: { required: true } }
+  >(
     '/v1/payments',
     {
       config: {
@@ -61,7 +64,6 @@ export async function buildApp(pool: pg.Pool, options: Partial<TestingEngineOpti
     return { ok: true, keyed: Boolean(request.headers['idempotency-key']) }
   })
 
-  app.get('/v1/payments', { config: { idempotency: true } }, async () => ({ list: [] }))
   return { app, engine, events }
 }
 

@@ -44,7 +44,7 @@ export async function startOncelyServer(label: string) {
     }) as typeof raw.writeHead
   })
   await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
-  app.post<{ Body: { amount: number } }>(
+  app.post<{ Body: { amount: number } }, { idempotency: { required: true } }>(
     '/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {

@@ -1,2 +1,7 @@
-export type { FingerprintConfig, IdempotencyPluginOptions, IdempotencyRouteConfig } from './config.js'
+export type {
+  FingerprintConfig,
+  IdempotencyOf,
+  IdempotencyPluginOptions,
+  IdempotencyRouteConfig,
+} from './config.js'
 export { idempotency } from './plugin.js'

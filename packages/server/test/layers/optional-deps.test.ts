@@ -38,6 +38,8 @@ function specifiersLoadedBy(entries: string[]): string[] {
 }
 
 const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
+const frameworks = (specifier: string) =>
+  ['fastify', 'fastify-plugin', 'express', 'hono'].includes(specifier) || specifier.startsWith('@hono/')
 
 describe('optional dependencies stay behind their subpath', () => {
   it('the main entry and the Postgres-only layers load neither ioredis nor @nats-io', () => {
@@ -52,5 +54,15 @@ describe('optional dependencies stay behind their subpath', () => {
 
   it('the nats subpath does load @nats-io (so the check above can fail)', () => {
     expect(specifiersLoadedBy(['@oncely/server/nats']).filter(optional)).toContain('@nats-io/transport-node')
+  })
+
+  it('the main entry, the Express and the Fetch adapters load no web framework (Express is only its types)', () => {
+    const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/express', '@oncely/server/fetch'])
+    expect(loaded).toContain('@oncely/server/fetch')
+    expect(loaded.filter(frameworks)).toEqual([])
+  })
+
+  it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
+    expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
 })

@@ -1,0 +1,233 @@
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import type { ExecutionContext } from '../engine/types.js'
+import {
+  type Answer,
+  headerStrings,
+  misconfiguredAnswer,
+  problemAnswer,
+  type ResponseWriter,
+  resetHandlerHeaders,
+  writeReplacement,
+} from '../http/answer.js'
+import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
+import { readNodeBody } from '../http/node.js'
+import {
+  checkAdapterOptions,
+  consoleLogger,
+  type IdempotencyRouteOptions,
+  routeArguments,
+  type StandaloneAdapterOptions,
+} from '../http/options.js'
+import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod, parseBody } from '../http/request.js'
+
+const ADAPTER = '@oncely/server/express'
+
+/** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
+export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
+
+/** An Express request on an idempotent route: `req.idempotency` is the execution context (`tx`, `key`, ...). */
+export type IdempotentRequest<Context extends ExecutionContext | null = ExecutionContext> = Request & {
+  /** The execution context: `tx` (the business transaction), `key`, `stepKey()`, ... */
+  idempotency: Context
+}
+
+/** A route handler made idempotent by {@link idempotency}: an Express handler whose `req` has `idempotency`. */
+export type IdempotentHandler<Context extends ExecutionContext | null = ExecutionContext> = (
+  req: IdempotentRequest<Context>,
+  res: Response,
+  next: NextFunction,
+) => unknown
+
+/** Makes one route handler idempotent; see {@link idempotency}. */
+export interface Idempotent {
+  (handler: IdempotentHandler): RequestHandler
+  (options: IdempotencyRouteOptions & { required?: true }, handler: IdempotentHandler): RequestHandler
+  (options: IdempotencyRouteOptions, handler: IdempotentHandler<ExecutionContext | null>): RequestHandler
+}
+
+type Chunk = string | Uint8Array
+const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
+  typeof chunk === 'string'
+    ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+    : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+
+const writer: ResponseWriter<ServerResponse> = {
+  status: (res, code) => {
+    res.statusCode = code
+  },
+  setHeader: (res, name, value) => res.setHeader(name, value),
+  removeHeader: (res, name) => res.removeHeader(name),
+}
+
+/**
+ * Holds what the handler writes to `res` (`res.json()`, `res.send()`, `writeHead`, `write`, `end`, a piped stream)
+ * instead of sending it, until the engine decided; then sends the handler's own response or the answer that
+ * replaces it. The same interception as `compression` and `express-session`: `res`'s methods are wrapped for this
+ * one request and restored before the real write.
+ */
+function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unknown) => void): void {
+  const { writeHead, write, end, flushHeaders } = res
+  const chunks: Buffer[] = []
+  const restore = () => {
+    res.writeHead = writeHead
+    res.write = write
+    res.end = end
+    res.flushHeaders = flushHeaders
+  }
+  res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
+    if (!held.capturing)
+      return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
+    this.statusCode = status
+    if (typeof rest[0] === 'string') this.statusMessage = rest.shift() as string
+    const headers = rest[0] as OutgoingHttpHeaders | readonly unknown[] | undefined
+    if (Array.isArray(headers)) {
+      // Either [name, value, name, value] or [[name, value], ...].
+      const pairs = Array.isArray(headers[0])
+        ? headers
+        : headers.flatMap((_, i) => (i % 2 ? [] : [[headers[i], headers[i + 1]]]))
+      for (const [name, value] of pairs as [string, string][]) this.setHeader(name, value)
+    } else if (headers) {
+      for (const [name, value] of Object.entries(headers)) {
+        if (value !== undefined && value !== null) this.setHeader(name, value as string | number | string[])
+      }
+    }
+    return this
+  } as ServerResponse['writeHead']
+  res.flushHeaders = function (this: ServerResponse) {
+    if (!held.capturing) flushHeaders.call(this)
+  }
+  res.write = function (this: ServerResponse, chunk: Chunk, ...rest: unknown[]) {
+    if (!held.capturing) return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
+    chunks.push(toBuffer(chunk, rest[0]))
+    const callback = rest.find((arg) => typeof arg === 'function') as (() => void) | undefined
+    if (callback) process.nextTick(callback)
+    return true
+  } as ServerResponse['write']
+  res.end = function (this: ServerResponse, ...args: unknown[]) {
+    if (!held.capturing) return (end as (...args: unknown[]) => ServerResponse).apply(this, args)
+    held.capturing = false
+    held.sent = true
+    if (args[0] !== undefined && args[0] !== null && typeof args[0] !== 'function') {
+      chunks.push(toBuffer(args[0] as Chunk, args[1]))
+    }
+    const body = Buffer.concat(chunks)
+    // `end(callback)`, `end(chunk, callback)`, `end(chunk, encoding, callback)`: the callback runs on the real end.
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
+    held.captured.resolve({ status: this.statusCode, headers: headerStrings(this.getHeaders()), body })
+    held.decision.promise.then(
+      (answer: Answer) => {
+        restore()
+        ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
+          this,
+          answer.own ? body : writeReplacement(writer, this, answer),
+          callback,
+        )
+      },
+      (error) => {
+        restore()
+        resetHandlerHeaders(writer, this)
+        fail(error)
+      },
+    )
+    return this
+  } as ServerResponse['end']
+}
+
+/**
+ * The Express adapter (Express 5). `idempotency(options)` returns `idempotent`, which wraps a route handler: the
+ * handler runs inside the transaction that also completes the key record (`req.idempotency.tx`), what it writes
+ * to `res` is held until that commit, and a retry with the same `Idempotency-Key` gets the stored response. It wraps
+ * the handler rather than running before it as middleware so that it sees an error the handler throws (or passes
+ * to `next`) and can roll back the handler's writes; a middleware would only see the error page your error
+ * handler renders.
+ *
+ * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only (a
+ * body it already parsed is used as parsed, without the strict checks).
+ *
+ * @example
+ * const idempotent = idempotency({ engine, tenant: (req) => req.get('x-tenant') ?? '' })
+ * app.post('/v1/payments', idempotent(async (req, res) => {
+ *   const { rows } = await req.idempotency.tx.query('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100])
+ *   res.status(201).json({ id: rows[0].id })
+ * }))
+ */
+export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
+  checkAdapterOptions(options, ADAPTER)
+  const { engine, tenant } = options
+  const log = options.logger ?? consoleLogger
+  const core = createHttpCore(engine, ADAPTER)
+
+  function idempotent(
+    optionsOrHandler: IdempotencyRouteOptions | IdempotentHandler<ExecutionContext | null>,
+    maybeHandler?: IdempotentHandler<ExecutionContext | null>,
+  ): RequestHandler {
+    const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
+    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+
+    return async function idempotentRoute(req: Request, res: Response, next: NextFunction) {
+      const request = req as IdempotentRequest<ExecutionContext | null>
+      request.idempotency = null
+      if (isSafeMethod(req.method)) return handler(request, res, next)
+      const answer = (value: Answer) => {
+        if (!value.own) res.end(writeReplacement(writer, res, value))
+      }
+      const header = (name: string) => req.headers[name]
+      const early = headerProblem(header, limit)
+      if (early) return answer(problemAnswer(early))
+      let body: unknown = req.body
+      if (!(req as IncomingMessage).readableEnded) {
+        const read = await readNodeBody(req, limit)
+        if (!read.ok) return answer(problemAnswer(read.problem))
+        const parsed = parseBody(read.text, header)
+        if (!parsed.ok) return answer(problemAnswer(parsed.problem))
+        body = parsed.body
+        req.body = body
+      }
+      const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
+      if (template === undefined && route.operation === undefined) {
+        log.error(
+          {},
+          `oncely: idempotent() ran outside a route (app.use?), so it cannot name the operation. Use it on a route, \`app.post('/v1/payments', idempotent(handler))\`, or give \`operation\`.`,
+        )
+        return answer(misconfiguredAnswer('This route is not set up correctly.'))
+      }
+
+      const held = new HeldResponse()
+      let verdict: Verdict | undefined
+      try {
+        verdict = await core.handle(route, {
+          method: req.method,
+          route: template ?? (route.operation as string),
+          header,
+          body,
+          query: () => req.query as Record<string, unknown>,
+          tenant: () => tenant(req),
+          log,
+          held,
+          run: (ctx) => {
+            request.idempotency = ctx
+            holdResponse(res, held, next)
+            return held.run(
+              () =>
+                new Promise((resolve, reject) => {
+                  // `next()` and `next('route')` hand the request on (its response is still held); an error fails it.
+                  const passOn: NextFunction = (error?: unknown) =>
+                    !error || error === 'route' || error === 'router' ? next(error) : reject(error)
+                  Promise.resolve(handler(request, res, passOn)).then(resolve, reject)
+                }),
+            )
+          },
+        })
+      } catch (error) {
+        return next(error)
+      }
+      if (verdict === undefined) return
+      if (verdict === PASS) return handler(request, res, next)
+      answer(verdict)
+    }
+  }
+  return idempotent as Idempotent
+}
+
+export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -1,0 +1,216 @@
+import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { misconfiguredAnswer, problemAnswer, type Replacement, replacementHeaders } from '../http/answer.js'
+import { createHttpCore, PASS } from '../http/core.js'
+import {
+  type AdapterOptions,
+  checkAdapterOptions,
+  consoleLogger,
+  type IdempotencyRouteOptions,
+  routeArguments,
+  type StandaloneAdapterOptions,
+} from '../http/options.js'
+import {
+  type BodyResult,
+  DEFAULT_MAX_BODY_BYTES,
+  headerProblem,
+  isSafeMethod,
+  parseBody,
+  payloadTooLarge,
+} from '../http/request.js'
+
+const ADAPTER = '@oncely/server/fetch'
+// Statuses whose response may not have a body (the Response constructor throws for one).
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
+
+/**
+ * Options of {@link idempotency}. `Args` are the arguments your server passes after the `Request` (Hono's context,
+ * Next.js's `{ params }`), which `tenant` and your handlers also receive.
+ */
+export type FetchIdempotencyOptions<Args extends unknown[] = []> = StandaloneAdapterOptions<Request, Args>
+
+/** Options of one idempotent handler: the route options, and the route template. */
+export interface FetchRouteOptions extends IdempotencyRouteOptions {
+  /**
+   * The route template, part of the operation and the fingerprint, such as `/v1/orders/:id/refunds`.
+   * @default the request's path, such as `/v1/orders/42/refunds` (so each order is its own operation)
+   * @example
+   * { route: '/v1/orders/:id/refunds' }
+   */
+  route?: string
+}
+
+/** What an idempotent handler receives after the `Request`. */
+export interface FetchIdempotencyContext<Context extends ExecutionContext | null = ExecutionContext> {
+  /**
+   * The JSON body, read once and parsed strictly before the handler (`undefined` without one). The request's own
+   * body stream is used up: read this instead of `request.json()`.
+   */
+  body: unknown
+  /** The execution context: `tx` (the business transaction), `key`, `stepKey()`, ... */
+  idempotency: Context
+}
+
+/** A Fetch-API handler made idempotent. */
+export type FetchIdempotentHandler<
+  Args extends unknown[],
+  Context extends ExecutionContext | null = ExecutionContext,
+> = (
+  request: Request,
+  context: FetchIdempotencyContext<Context>,
+  ...args: Args
+) => Response | Promise<Response>
+
+/** Makes one Fetch-API handler idempotent; see {@link idempotency}. */
+export interface FetchIdempotent<Args extends unknown[]> {
+  (handler: FetchIdempotentHandler<Args>): (request: Request, ...args: Args) => Promise<Response>
+  (
+    options: FetchRouteOptions & { required?: true },
+    handler: FetchIdempotentHandler<Args>,
+  ): (request: Request, ...args: Args) => Promise<Response>
+  (
+    options: FetchRouteOptions,
+    handler: FetchIdempotentHandler<Args, ExecutionContext | null>,
+  ): (request: Request, ...args: Args) => Promise<Response>
+}
+
+async function readBody(request: Request, limit: number): Promise<BodyResult> {
+  const header = (name: string) => request.headers.get(name)
+  if (request.body === null) return parseBody('', header)
+  const chunks: Uint8Array[] = []
+  let size = 0
+  const reader = request.body.getReader()
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > limit) {
+      await reader.cancel().catch(() => {})
+      return { ok: false, problem: payloadTooLarge() }
+    }
+    chunks.push(value)
+  }
+  return parseBody(Buffer.concat(chunks).toString('utf8'), header)
+}
+
+function queryOf(url: URL): Record<string, unknown> {
+  const query: Record<string, unknown> = {}
+  for (const name of new Set(url.searchParams.keys())) {
+    const values = url.searchParams.getAll(name)
+    query[name] = values.length === 1 ? values[0] : values
+  }
+  return query
+}
+
+const toResponse = (answer: Replacement) =>
+  new Response(NULL_BODY_STATUSES.has(answer.status) ? null : new Uint8Array(answer.body), {
+    status: answer.status,
+    headers: replacementHeaders(answer),
+  })
+
+/**
+ * The Fetch-API adapter, for every server whose handlers take a `Request` and return a `Response`: Hono, Next.js
+ * route handlers, Bun.serve, Deno.serve, Remix, SvelteKit. `idempotency(options)` returns `idempotent`, which
+ * wraps a handler: the body is read once, checked and fingerprinted, the handler runs inside the transaction that
+ * also completes the key record, and its `Response` is returned only after that commit; a retry with the same
+ * `Idempotency-Key` gets the stored response.
+ *
+ * @example
+ * const idempotent = idempotency({ engine, tenant: (request) => request.headers.get('x-tenant') ?? '' })
+ * export const POST = idempotent(async (request, { body, idempotency }) => {
+ *   const { rows } = await idempotency.tx.query('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100])
+ *   return Response.json({ id: rows[0].id }, { status: 201 })
+ * })
+ */
+export function idempotency<Args extends unknown[] = []>(
+  options: FetchIdempotencyOptions<Args>,
+): FetchIdempotent<Args> {
+  checkAdapterOptions(options as AdapterOptions<never, never>, ADAPTER)
+  const { engine, tenant } = options
+  const log = options.logger ?? consoleLogger
+  const core = createHttpCore(engine, ADAPTER)
+
+  function idempotent(
+    optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext | null>,
+    maybeHandler?: FetchIdempotentHandler<Args, ExecutionContext | null>,
+  ): (request: Request, ...args: Args) => Promise<Response> {
+    const {
+      handler,
+      options: routeOptions,
+      route,
+    } = routeArguments<FetchRouteOptions, FetchIdempotentHandler<Args, ExecutionContext | null>>(
+      optionsOrHandler,
+      maybeHandler,
+    )
+    if (
+      routeOptions?.route !== undefined &&
+      (typeof routeOptions.route !== 'string' || routeOptions.route === '')
+    ) {
+      throw new TypeError('Expected `route` of `idempotent()` to be a route template such as /v1/orders/:id.')
+    }
+    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+
+    return async function idempotentHandler(request: Request, ...args: Args): Promise<Response> {
+      const method = request.method.toUpperCase()
+      if (isSafeMethod(method)) {
+        log.error(
+          {},
+          `oncely: an idempotent() handler got a ${method} request; safe methods are never idempotency-checked. Export it for POST, PUT, PATCH or DELETE only.`,
+        )
+        return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+      }
+      const header = (name: string) => request.headers.get(name)
+      const early = headerProblem(header, limit)
+      if (early) return toResponse(problemAnswer(early))
+      if (request.bodyUsed) {
+        log.error(
+          {},
+          `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it in middleware; the handler gets it parsed as \`body\`.`,
+        )
+        return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+      }
+      const read = await readBody(request, limit)
+      if (!read.ok) return toResponse(problemAnswer(read.problem))
+      const { body } = read
+      let url: URL | undefined
+      const urlOf = () => {
+        url ??= new URL(request.url)
+        return url
+      }
+
+      let own: Response | undefined
+      let ownBody: Uint8Array<ArrayBuffer> | undefined
+      const verdict = await core.handle(route, {
+        method,
+        route: routeOptions?.route ?? urlOf().pathname,
+        header,
+        body,
+        query: () => queryOf(urlOf()),
+        tenant: () => tenant(request, ...args),
+        log,
+        run: async (ctx): Promise<HandlerResponse> => {
+          own = await handler(request, { body, idempotency: ctx }, ...args)
+          if (!(own instanceof Response)) {
+            throw new TypeError(`Expected the idempotent() handler to return a Response, got ${String(own)}.`)
+          }
+          ownBody = new Uint8Array(await own.arrayBuffer())
+          const headers: Record<string, string> = {}
+          own.headers.forEach((value, name) => {
+            headers[name] = value
+          })
+          return { status: own.status, headers, body: ownBody }
+        },
+      })
+      if (verdict === PASS) return handler(request, { body, idempotency: null }, ...args)
+      if (!verdict.own) return toResponse(verdict)
+      const response = own as Response
+      return new Response(NULL_BODY_STATUSES.has(response.status) ? null : ownBody, {
+        status: response.status,
+        statusText: response.statusText,
+        headers: response.headers,
+      })
+    }
+  }
+  return idempotent as FetchIdempotent<Args>
+}
+
+export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -1,0 +1,130 @@
+import {
+  formatRetryAfter,
+  IDEMPOTENT_REPLAYED_HEADER,
+  PROBLEM_CONTENT_TYPE,
+  type ProblemDetails,
+  problem,
+  RETRY_AFTER_HEADER,
+} from '@oncely/protocol'
+import { DEFAULT_REPLAY_HEADERS } from '../engine/response.js'
+import type { Outcome, StoredResponse } from '../engine/types.js'
+import { isResponseTooLargeError } from '../errors.js'
+
+/** A response that replaces whatever the handler did: a replay, or a problem. */
+export interface Replacement {
+  status: number
+  /** Lower-case names. */
+  headers: Record<string, string>
+  body: Buffer
+  /** Adds `Idempotent-Replayed: true`. */
+  replayed?: boolean
+}
+
+/** A replacement, as an {@link Answer}. */
+export type ReplacingAnswer = { own: false } & Replacement
+
+/** What the client gets: the handler's own response as it wrote it (`own`), or a replacement. */
+export type Answer = { own: true } | ReplacingAnswer
+
+const OWN: Answer = { own: true }
+const REPLAYED = IDEMPOTENT_REPLAYED_HEADER.toLowerCase()
+const RETRY_AFTER = RETRY_AFTER_HEADER.toLowerCase()
+
+/** Headers a handler may have set that must not leak into a different answer (a replay or a problem). */
+const RESET_HEADERS = [...DEFAULT_REPLAY_HEADERS, 'content-length', RETRY_AFTER]
+
+/** A problem+json answer (whatever `Accept` says), with `Retry-After` when given. */
+export function problemAnswer(details: ProblemDetails, retryAfterMs?: number): ReplacingAnswer {
+  const headers: Record<string, string> = { 'content-type': PROBLEM_CONTENT_TYPE }
+  if (retryAfterMs !== undefined) headers[RETRY_AFTER] = formatRetryAfter(retryAfterMs)
+  return { own: false, status: details.status, headers, body: Buffer.from(JSON.stringify(details)) }
+}
+
+/**
+ * A 500 for a server that is set up wrong. The client learns only that it is the server's fault (and may retry);
+ * the cause and its fix go to the log.
+ */
+export function misconfiguredAnswer(detail: string): ReplacingAnswer {
+  return problemAnswer({ type: 'about:blank', title: 'Internal Server Error', status: 500, detail })
+}
+
+function stored(response: StoredResponse, replayed: boolean): ReplacingAnswer {
+  return { own: false, status: response.status, headers: response.headers, body: response.body, replayed }
+}
+
+/**
+ * What the engine's outcome looks like on the wire. `responded` tells whether the handler's own response exists
+ * (it ran and answered); when it does, an executed request gets exactly that response, with every header it set.
+ * An outcome that carries a thrown retryable error rethrows it, for the framework's error handling.
+ */
+export function answerFor(outcome: Outcome, responded: boolean): Answer {
+  switch (outcome.kind) {
+    case 'executed':
+      return responded ? OWN : stored(outcome.response, false)
+    case 'replayed':
+      return stored(outcome.response, true)
+    case 'in_progress':
+      return problemAnswer(
+        problem('request_in_progress', 'A request with this key is being processed; retry later.'),
+        outcome.retryAfterMs,
+      )
+    case 'mismatch':
+      return problemAnswer(
+        problem('idempotency_key_reused', 'This key was already used with a different request.'),
+      )
+    case 'unavailable':
+      return problemAnswer(
+        problem('store_unavailable', 'The idempotency store is unavailable; retry later.'),
+        outcome.retryAfterMs,
+      )
+    case 'retryable_failure':
+      if (outcome.reason === 'response_too_large' && isResponseTooLargeError(outcome.error)) {
+        return problemAnswer(problem('response_too_large', outcome.error.message))
+      }
+      if (outcome.response) return responded ? OWN : stored(outcome.response, false)
+      throw outcome.error
+  }
+}
+
+/**
+ * How an adapter writes to its framework's response object, as plain functions of it (one object per adapter, so
+ * writing an answer allocates nothing).
+ */
+export interface ResponseWriter<Response> {
+  status(response: Response, code: number): void
+  setHeader(response: Response, name: string, value: string): void
+  removeHeader(response: Response, name: string): void
+}
+
+/** Removes the headers a handler set that describe its response (before an error page replaces that response). */
+export function resetHandlerHeaders<R>(writer: ResponseWriter<R>, response: R): void {
+  for (const name of RESET_HEADERS) writer.removeHeader(response, name)
+}
+
+/**
+ * Writes a replacement's status and headers to a response the handler may already have touched, clearing what
+ * the handler set that would contradict it (headers set by earlier hooks, such as a request id, stay), and
+ * returns the body to send.
+ */
+export function writeReplacement<R>(writer: ResponseWriter<R>, response: R, answer: Replacement): Buffer {
+  resetHandlerHeaders(writer, response)
+  writer.status(response, answer.status)
+  for (const name in answer.headers) writer.setHeader(response, name, answer.headers[name]!)
+  if (answer.replayed) writer.setHeader(response, REPLAYED, 'true')
+  return answer.body
+}
+
+/** A replacement's headers as one object, for a response built from scratch (the Fetch API's). */
+export function replacementHeaders(answer: Replacement): Record<string, string> {
+  return answer.replayed ? { ...answer.headers, [REPLAYED]: 'true' } : answer.headers
+}
+
+/** A response's headers as strings, lower-case names (a repeated header joined with commas). */
+export function headerStrings(headers: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue
+    out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value)
+  }
+  return out
+}

@@ -1,0 +1,116 @@
+import { createHash } from 'node:crypto'
+import {
+  type FingerprintInput,
+  fingerprintMaterial,
+  JsonSyntaxError,
+  type ProblemDetails,
+  parseStrictJson,
+  problem,
+} from '@oncely/protocol'
+import type { ResolvedRoute } from './options.js'
+
+/** Reads one request header by its lower-case name, as the framework has it. */
+export type HeaderReader = (name: string) => string | readonly string[] | null | undefined
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+
+/** GET, HEAD and OPTIONS: never idempotency-checked (they must not change anything). Expects upper case. */
+export const isSafeMethod = (method: string): boolean => SAFE_METHODS.has(method)
+
+/** The body limit when a route sets none (Fastify's own default, so every adapter agrees). */
+export const DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+const first = (value: string | readonly string[] | null | undefined): string | undefined =>
+  value === null || value === undefined ? undefined : typeof value === 'string' ? value : value[0]
+
+/** True when the request announces a body (a non-zero length, or a chunked one). */
+export function announcesBody(header: HeaderReader): boolean {
+  const length = first(header('content-length'))
+  return header('transfer-encoding') != null || (length !== undefined && length !== '0')
+}
+
+/** The media type of the request, lower-case, without parameters. */
+function mediaType(header: HeaderReader): string {
+  return (first(header('content-type')) ?? '').split(';')[0]!.trim().toLowerCase()
+}
+
+/**
+ * The checks made from the headers alone, before a byte of the body is read (so before anything is reserved): a
+ * body that is not JSON is 415, a `Content-Length` over the limit is 413.
+ */
+export function headerProblem(header: HeaderReader, maxBodyBytes: number): ProblemDetails | undefined {
+  if (!announcesBody(header)) return undefined
+  if (mediaType(header) !== 'application/json') return unsupportedMediaType()
+  const length = Number(first(header('content-length')))
+  if (length > maxBodyBytes) return payloadTooLarge()
+  return undefined
+}
+
+export const unsupportedMediaType = () =>
+  problem('unsupported_media_type', 'Send the body as application/json.')
+export const payloadTooLarge = () =>
+  problem('payload_too_large', 'The request body exceeds the limit of this route.')
+
+/** The parsed body of a request, or the problem that rejects it before anything is reserved. */
+export type BodyResult = { ok: true; body: unknown } | { ok: false; problem: ProblemDetails }
+
+/**
+ * Parses a JSON body strictly: duplicate member names and integers beyond 2^53 are 400 `invalid_json`, because
+ * either makes two different requests fingerprint alike. No bytes without a JSON content type means no body.
+ */
+export function parseBody(text: string, header: HeaderReader): BodyResult {
+  if (text.length === 0) {
+    if (mediaType(header) !== 'application/json') return { ok: true, body: undefined }
+    return { ok: false, problem: problem('invalid_json', 'The body is empty; send a JSON value.') }
+  }
+  try {
+    return { ok: true, body: parseStrictJson(text) }
+  } catch (error) {
+    const detail = error instanceof JsonSyntaxError ? error.message : 'The body is not valid JSON.'
+    return { ok: false, problem: problem('invalid_json', detail) }
+  }
+}
+
+function fingerprintBody(body: unknown, route: ResolvedRoute): unknown {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return body
+  const { include, exclude } = route
+  if (!include && !exclude) return body
+  const picked: Record<string, unknown> = {}
+  for (const [field, value] of Object.entries(body)) {
+    if (include && !include.includes(field)) continue
+    if (exclude?.has(field)) continue
+    picked[field] = value
+  }
+  return picked
+}
+
+/**
+ * The protocol's request fingerprint (method, route template, canonical JSON of the body and, when the route opts
+ * in, of the query), hashed with node:crypto rather than the protocol's portable SHA-256.
+ */
+export function fingerprintOf(
+  route: ResolvedRoute,
+  method: string,
+  template: string,
+  body: unknown,
+  query: () => Record<string, unknown> | undefined,
+): string {
+  const input: FingerprintInput = { method, route: template, body: fingerprintBody(body, route) }
+  if (route.query) input.query = query() ?? {}
+  return createHash('sha256').update(fingerprintMaterial(input)).digest('hex')
+}
+
+/** The route's allowlisted request headers, to store with the key record. */
+export function storedRequestHeaders(
+  route: ResolvedRoute,
+  header: HeaderReader,
+): Record<string, string> | undefined {
+  if (route.requestHeaders.length === 0) return undefined
+  const out: Record<string, string> = {}
+  for (const name of route.requestHeaders) {
+    const value = header(name)
+    if (value !== undefined && value !== null)
+      out[name] = typeof value === 'string' ? value : value.join(', ')
+  }
+  return out
+}

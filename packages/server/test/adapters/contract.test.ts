@@ -1,0 +1,395 @@
+// The HTTP contract of the layer, the same cases for every adapter over a real socket: Fastify, Express, and the
+// Fetch adapter under Hono on @hono/node-server. Effects are counted for the key (cart) under test.
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate, postgresStore } from '../../src/index.js'
+import { freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
+import { type AdapterName, adapters, type RunningApp } from './servers.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await setupDatabase('adapters', { max: 40 })
+})
+afterAll(async () => {
+  await db?.drop()
+})
+
+interface Result {
+  status: number
+  headers: Headers
+  body: Buffer
+  // biome-ignore lint/suspicious/noExplicitAny: tests read the JSON they sent back
+  json(): any
+}
+
+async function send(
+  app: RunningApp,
+  path: string,
+  key: string | undefined,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Result> {
+  const response = await fetch(`${app.url}${path}`, {
+    method: 'POST',
+    headers: {
+      authorization: 'Bearer tenant_1',
+      'content-type': 'application/json',
+      ...(key === undefined ? {} : { 'idempotency-key': key }),
+      ...headers,
+    },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+  const bytes = Buffer.from(await response.arrayBuffer())
+  return {
+    status: response.status,
+    headers: response.headers,
+    body: bytes,
+    json: () => JSON.parse(bytes.toString()),
+  }
+}
+
+const effects = async (cart: string) =>
+  (await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [cart])).rows[0].n as number
+const record = async (key: string) =>
+  (await db.pool.query('SELECT status FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]?.status as
+    | string
+    | undefined
+
+describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
+  const start = adapters[name]
+  let app: RunningApp
+  // The handler of /v1/slow waits here while a test holds it; `entered` resolves once a request got there (its key
+  // is then in flight, whatever the reservation protocol left in the table).
+  let hold: Promise<void> | undefined
+  let release = () => {}
+  let entered: Promise<void> = Promise.resolve()
+  let enter = () => {}
+  const holdSlow = () => {
+    entered = new Promise<void>((resolve) => {
+      enter = resolve
+    })
+    hold = new Promise<void>((resolve) => {
+      release = () => {
+        hold = undefined
+        resolve()
+      }
+    })
+  }
+  beforeAll(async () => {
+    app = await start(db.pool, {
+      engine: { maxResponseBytes: 4_096 },
+      gate: () => {
+        enter()
+        return hold ?? Promise.resolve()
+      },
+    })
+  })
+  afterAll(async () => {
+    release()
+    await app?.close()
+  })
+  const post = (key: string | undefined, body: unknown, headers?: Record<string, string>) =>
+    send(app, '/v1/payments', key, body, headers)
+
+  describe('first execution and replay', () => {
+    it('replays the same status, bytes and safe headers with Idempotent-Replayed, without running again', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 100 })
+      const second = await post(key, { amount: 100, cart: key, clientTime: 'later' })
+      expect(first.status).toBe(201)
+      expect(first.headers.get('idempotent-replayed')).toBeNull()
+      expect(first.headers.get('set-cookie')).toBe('session=abc')
+      expect(second.status).toBe(201)
+      expect(second.body.equals(first.body)).toBe(true)
+      for (const header of ['location', 'etag', 'content-type']) {
+        expect(second.headers.get(header)).toBe(first.headers.get(header))
+      }
+      expect(second.headers.get('location')).toMatch(/^\/v1\/payments\/\d+$/)
+      expect(second.headers.get('idempotent-replayed')).toBe('true')
+      expect(second.headers.get('set-cookie')).toBeNull()
+      expect(await effects(key)).toBe(1)
+    })
+
+    it('treats the RFC 8941 quoted form as the same key', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 1 })
+      const quoted = await post(`"${key}"`, { cart: key, amount: 1 })
+      expect(quoted.headers.get('idempotent-replayed')).toBe('true')
+      expect(quoted.body.equals(first.body)).toBe(true)
+    })
+
+    it('runs an optional route without a key outside the layer, and with one inside it', async () => {
+      const key = freshKey()
+      const without = await send(app, '/v1/notes', undefined, {})
+      expect(without.status).toBe(200)
+      expect(without.json()).toEqual({ ok: true, keyed: false })
+      const [a, b] = [await send(app, '/v1/notes', key, {}), await send(app, '/v1/notes', key, {})]
+      expect(a.json()).toEqual({ ok: true, keyed: true })
+      expect(b.body.equals(a.body)).toBe(true)
+      expect(b.headers.get('idempotent-replayed')).toBe('true')
+    })
+  })
+
+  describe('failures', () => {
+    it('stores and replays a permanent failure (402)', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 1, decline: true })
+      const second = await post(key, { cart: key, amount: 1, decline: true })
+      expect(first.status).toBe(402)
+      expect(first.json()).toMatchObject({ code: 'card_declined', message: 'Your card was declined.' })
+      expect(second.status).toBe(402)
+      expect(second.body.equals(first.body)).toBe(true)
+      expect(second.headers.get('idempotent-replayed')).toBe('true')
+      expect(await record(key)).toBe('failed_permanent')
+    })
+
+    it('releases the key after a retryable failure (a thrown 5xx): the retry runs the handler again', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 1, fail: 'throw' })
+      expect(first.status).toBe(504)
+      // The row protocol keeps a released row; the lock protocol's attempt left none.
+      expect(await record(key)).toBe(reservation === 'row' ? 'failed_retryable' : undefined)
+      const retry = await post(key, { cart: key, amount: 1, fail: 'throw' })
+      expect(retry.status).toBe(504)
+      expect(retry.headers.get('idempotent-replayed')).toBeNull()
+      expect(await effects(key)).toBe(0)
+    })
+
+    it('answers 500 response_too_large and keeps no effect when the response exceeds the cap', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1, big: 5_000 })
+      expect(res.status).toBe(500)
+      expect(res.headers.get('content-type')).toBe('application/problem+json')
+      expect(res.json()).toMatchObject({ code: 'response_too_large' })
+      expect(await effects(key)).toBe(0)
+    })
+  })
+
+  describe('refused before anything is reserved, as problem+json', () => {
+    it.each([
+      ['missing', undefined, 'idempotency_key_missing'],
+      ['malformed', 'caf\u00e9', 'idempotency_key_malformed'],
+      ['too long', 'k'.repeat(256), 'idempotency_key_too_long'],
+      ['repeated', 'a, b', 'idempotency_key_repeated'],
+    ])('a %s key: 400 with its own code', async (_, key, code) => {
+      const res = await post(key, { cart: 'c', amount: 1 }, { accept: 'text/html' })
+      expect(res.status).toBe(400)
+      expect(res.headers.get('content-type')).toBe('application/problem+json')
+      expect(res.json()).toMatchObject({ status: 400, code, type: `urn:oncely:problem:${code}` })
+    })
+
+    it.each([
+      ['duplicate member names', '{"cart":"a","cart":"b","amount":1}'],
+      ['an integer beyond 2^53', '{"cart":"a","amount":9007199254740993}'],
+      ['broken JSON', '{"cart":'],
+      ['an empty JSON body', ''],
+    ])('%s: 400 invalid_json', async (_, body) => {
+      const key = freshKey()
+      const res = await post(key, body)
+      expect(res.status).toBe(400)
+      expect(res.headers.get('content-type')).toBe('application/problem+json')
+      expect(res.json()).toMatchObject({ code: 'invalid_json' })
+      expect(await record(key)).toBeUndefined()
+    })
+
+    it('a body over the route limit: 413', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: 'x'.repeat(2_000), amount: 1 })
+      expect(res.status).toBe(413)
+      expect(res.json()).toMatchObject({ code: 'payload_too_large' })
+      expect(await record(key)).toBeUndefined()
+    })
+
+    it.each(['text/plain', 'application/x-www-form-urlencoded'])('a %s body: 415', async (type) => {
+      const key = freshKey()
+      const res = await post(key, 'cart=a&amount=1', { 'content-type': type })
+      expect(res.status).toBe(415)
+      expect(res.json()).toMatchObject({ code: 'unsupported_media_type' })
+      expect(await record(key)).toBeUndefined()
+    })
+
+    it('a request the auth rejects', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1 }, { authorization: 'nobody' })
+      expect(res.status).toBe(401)
+      expect(await record(key)).toBeUndefined()
+    })
+
+    it('a tenant function that returns nothing: 500 problem+json, and the cause in the log', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1 }, { authorization: 'Bearer none' })
+      expect(res.status).toBe(500)
+      expect(res.headers.get('content-type')).toBe('application/problem+json')
+      expect(await record(key)).toBeUndefined()
+      expect(app.errors.some((line) => /`tenant` function .* returned undefined/.test(line.msg))).toBe(true)
+    })
+  })
+
+  describe('the same key twice', () => {
+    it('422 for another payload, without echoing the stored response', async () => {
+      const key = freshKey()
+      await post(key, { cart: key, amount: 1 })
+      const res = await post(key, { cart: key, amount: 2 })
+      expect(res.status).toBe(422)
+      expect(res.json()).toMatchObject({ code: 'idempotency_key_reused' })
+      expect(res.body.toString()).not.toContain(key)
+    })
+
+    it('while the first is in flight: 409 + Retry-After for the same payload; another is never run (422)', async () => {
+      const key = freshKey()
+      holdSlow()
+      const first = send(app, '/v1/slow', key, { cart: key, amount: 1 })
+      await entered
+      const other = await send(app, '/v1/slow', key, { cart: key, amount: 2 })
+      // The row protocol's committed row names the first payload, so it can answer 422 at once; the lock protocol
+      // has nothing committed yet and answers 409, which a client retries into the 422 below.
+      expect(other.status).toBe(reservation === 'row' ? 422 : 409)
+      const same = await send(app, '/v1/slow', key, { cart: key, amount: 1 })
+      expect(same.status).toBe(409)
+      expect(same.headers.get('content-type')).toBe('application/problem+json')
+      expect(same.json()).toMatchObject({ code: 'request_in_progress' })
+      expect(Number(same.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      release()
+      expect((await first).status).toBe(201)
+      expect((await send(app, '/v1/slow', key, { cart: key, amount: 2 })).status).toBe(422)
+      expect(await effects(key)).toBe(1)
+    })
+
+    it('a duplicate waits (bounded) for the one in flight and answers with its result', async () => {
+      const key = freshKey()
+      holdSlow()
+      const first = send(app, '/v1/waiting', key, { cart: key, amount: 1 })
+      await entered
+      const duplicate = send(app, '/v1/waiting', key, { cart: key, amount: 1 })
+      await sleep(50)
+      release()
+      const [a, b] = await Promise.all([first, duplicate])
+      expect(a.status).toBe(201)
+      expect(b.status).toBe(201)
+      expect(b.headers.get('idempotent-replayed')).toBe('true')
+      expect(b.body.equals(a.body)).toBe(true)
+      expect(await effects(key)).toBe(1)
+    })
+
+    it('concurrent duplicates: one effect; every answer is 409 or the identical response', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 42 }
+      const results = await Promise.all(Array.from({ length: 20 }, () => post(key, body)))
+      expect(await effects(key)).toBe(1)
+      const created = results.filter((r) => r.status === 201)
+      const conflicts = results.filter((r) => r.status === 409)
+      expect(created.length + conflicts.length).toBe(20)
+      expect(created.filter((r) => r.headers.get('idempotent-replayed') === null)).toHaveLength(1)
+      for (const replay of created) expect(replay.body.equals(created[0]!.body)).toBe(true)
+      for (const conflict of conflicts) {
+        expect(conflict.headers.get('content-type')).toBe('application/problem+json')
+        expect(Number(conflict.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      }
+    })
+
+    it('scopes keys by tenant: another tenant with the same key executes its own request', async () => {
+      const key = freshKey()
+      const a = await post(key, { cart: key, amount: 1 })
+      const b = await post(key, { cart: key, amount: 1 }, { authorization: 'Bearer tenant_2' })
+      expect(a.status).toBe(201)
+      expect(b.status).toBe(201)
+      expect(b.headers.get('idempotent-replayed')).toBeNull()
+      expect(b.json().id).not.toBe(a.json().id)
+      expect(await effects(key)).toBe(2)
+    })
+  })
+
+  describe('crashes and a store that fails', () => {
+    /** An app whose engine throws once at `step`, as a process that crashed there would stop. */
+    async function crashingOnce(step: 'beforeCommit' | 'afterCommit', leaseMs?: number) {
+      let crash = true
+      return start(db.pool, {
+        engine: {
+          ...(leaseMs ? { leaseMs } : {}),
+          hooks: {
+            [step]: () => {
+              if (crash) {
+                crash = false
+                throw new Error(`injected crash at ${step}`)
+              }
+            },
+          },
+        },
+      })
+    }
+
+    it('an attempt that crashed mid-handler gives its key to the next (after its lease under row, at once under lock), with one effect', async () => {
+      const lease = 300
+      const crashing = await crashingOnce('beforeCommit', lease)
+      try {
+        const key = freshKey()
+        const body = { cart: key, amount: 5 }
+        const first = await send(crashing, '/v1/payments', key, body)
+        expect(first.status).toBeGreaterThanOrEqual(500)
+        expect(first.headers.get('location')).toBeNull()
+        expect(await effects(key)).toBe(0)
+        if (reservation === 'row') {
+          const during = await send(crashing, '/v1/payments', key, body)
+          expect(during.status).toBe(409)
+          await sleep(lease + 50)
+        }
+        const retry = await send(crashing, '/v1/payments', key, body)
+        expect(retry.status).toBe(201)
+        const again = await send(crashing, '/v1/payments', key, body)
+        expect(again.body.equals(retry.body)).toBe(true)
+        expect(again.headers.get('idempotent-replayed')).toBe('true')
+        expect(await effects(key)).toBe(1)
+      } finally {
+        await crashing.close()
+      }
+    })
+
+    it('a crash after the commit, before the reply: the client saw nothing, and the retry replays', async () => {
+      const crashing = await crashingOnce('afterCommit')
+      try {
+        const key = freshKey()
+        const body = { cart: key, amount: 6 }
+        const first = await send(crashing, '/v1/payments', key, body)
+        expect(first.status).toBeGreaterThanOrEqual(500)
+        expect(first.headers.get('location')).toBeNull()
+        const retry = await send(crashing, '/v1/payments', key, body)
+        expect(retry.status).toBe(201)
+        expect(retry.headers.get('idempotent-replayed')).toBe('true')
+        expect(await effects(key)).toBe(1)
+      } finally {
+        await crashing.close()
+      }
+    })
+
+    it('a store without its table: 503 store_unavailable + Retry-After, nothing runs, one error log naming the fix', async () => {
+      const schema = `lost_${name.replace(/\W/g, '_').toLowerCase()}`
+      await migrate(db.pool, { schema })
+      const broken = await start(db.pool, { engine: { store: postgresStore({ pool: db.pool, schema }) } })
+      try {
+        await db.pool.query(`DROP SCHEMA ${schema} CASCADE`)
+        const keys = [freshKey(), freshKey(), freshKey()]
+        for (const key of keys) {
+          const res = await send(broken, '/v1/payments', key, { cart: key, amount: 1 })
+          expect(res.status).toBe(503)
+          expect(res.headers.get('retry-after')).toBe('1')
+          expect(res.json()).toMatchObject({ code: 'store_unavailable' })
+          expect(await effects(key)).toBe(0)
+        }
+        await waitUntil(async () => broken.errors.some((line) => line.msg.includes('migrate(pool')))
+        const outage = broken.errors.filter((line) => line.msg.includes('idempotency store failed'))
+        expect(outage).toHaveLength(1)
+        expect(outage[0]!.msg).toContain(`"${schema}"`)
+      } finally {
+        await broken.close()
+      }
+    })
+  })
+})
+
+async function waitUntil(condition: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const until = Date.now() + timeoutMs
+  while (!(await condition())) {
+    if (Date.now() > until) throw new Error('condition not met in time')
+    await sleep(10)
+  }
+}

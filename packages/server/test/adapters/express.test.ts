@@ -1,0 +1,199 @@
+// What only the Express adapter has: the ways a handler writes to `res`, body parsers mounted before it, `next`,
+// option checks and the type of req.idempotency. The shared HTTP contract is in contract.test.ts.
+import type { AddressInfo } from 'node:net'
+import { Readable } from 'node:stream'
+import type { TestDatabase } from '@oncely/test-support'
+import express from 'express'
+import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
+import type { ExecutionContext } from '../../src/engine/types.js'
+import { idempotency } from '../../src/express/index.js'
+import { createEngine, postgresStore } from '../../src/index.js'
+import { freshKey, setupDatabase } from '../helpers.js'
+
+let db: TestDatabase
+let url: string
+let server: ReturnType<express.Express['listen']>
+const errors: string[] = []
+let runs = 0
+let endCallbacks = 0
+
+beforeAll(async () => {
+  db = await setupDatabase('express')
+  const idempotent = idempotency({
+    engine: createEngine({ store: postgresStore({ pool: db.pool }) }),
+    tenant: () => 'tenant_1',
+    logger: { error: (_details, message) => errors.push(message) },
+  })
+  const app = express()
+  const insert = (req: express.Request & { idempotency: ExecutionContext }) => {
+    runs++
+    return req.idempotency.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 1)', [
+      'tenant_1',
+      (req.body as { cart: string }).cart,
+    ])
+  }
+  app.post(
+    '/write-head',
+    idempotent(async (req, res) => {
+      await insert(req)
+      res.writeHead(202, 'Accepted', { 'content-type': 'text/plain', location: '/x/1' })
+      res.write('part one, ')
+      res.end('part two', () => {
+        endCallbacks++
+      })
+    }),
+  )
+  app.post(
+    '/piped',
+    idempotent(async (req, res) => {
+      await insert(req)
+      res.status(201).type('application/json')
+      Readable.from(['{"streamed":', 'true}']).pipe(res)
+    }),
+  )
+  app.post(
+    '/callback',
+    idempotent((req, res) => {
+      // Answers after the handler returned, from a callback.
+      void insert(req).then(() => setTimeout(() => res.status(201).json({ late: true }), 10))
+    }),
+  )
+  app.post(
+    '/next-error',
+    idempotent(async (req, _res, next) => {
+      await insert(req)
+      next(Object.assign(new Error('declined'), { statusCode: 402 }))
+    }),
+  )
+  app.post(
+    '/next-route',
+    idempotent(async (req, _res, next) => {
+      await insert(req)
+      next('route')
+    }),
+  )
+  app.post('/next-route', (_req, res) => {
+    res.status(201).json({ from: 'the next route' })
+  })
+  // A parser mounted in front: its body is used as parsed.
+  app.post(
+    '/pre-parsed',
+    express.json(),
+    idempotent(async (req, res) => {
+      await insert(req)
+      res.status(201).json({ cart: (req.body as { cart: string }).cart })
+    }),
+  )
+  app.use('/mounted', (req, res, next) => idempotent(async (_req, r) => void r.json({}))(req, res, next))
+  server = app.listen(0, '127.0.0.1')
+  await new Promise<void>((resolve) => server.once('listening', resolve))
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+})
+afterAll(async () => {
+  await new Promise<void>((resolve) => server?.close(() => resolve()))
+  await db?.drop()
+})
+
+const post = (path: string, key: string, body: unknown) =>
+  fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify(body),
+  })
+const effects = async (cart: string) =>
+  (await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [cart])).rows[0].n as number
+
+describe('what the handler writes is held, then sent or replayed', () => {
+  it.each([
+    ['writeHead, write and end', '/write-head', 202, 'part one, part two'],
+    ['a stream piped into res', '/piped', 201, '{"streamed":true}'],
+    ['res.json() from a callback after the handler returned', '/callback', 201, '{"late":true}'],
+  ])('%s', async (_, path, status, text) => {
+    const key = freshKey()
+    const first = await post(path, key, { cart: key })
+    const firstText = await first.text()
+    const replay = await post(path, key, { cart: key })
+    expect(first.status).toBe(status)
+    expect(firstText).toBe(text)
+    expect(replay.status).toBe(status)
+    expect(await replay.text()).toBe(text)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.headers.get('content-type')).toBe(first.headers.get('content-type'))
+    expect(await effects(key)).toBe(1)
+  })
+
+  it("calls the handler's end() callback once the response is really sent", async () => {
+    const before = endCallbacks
+    const key = freshKey()
+    await (await post('/write-head', key, { cart: key })).text()
+    expect(endCallbacks - before).toBe(1)
+  })
+
+  it('an error passed to next() rolls back the writes and, when permanent, is stored and replayed', async () => {
+    const key = freshKey()
+    const before = runs
+    const first = await post('/next-error', key, { cart: key })
+    const replay = await post('/next-error', key, { cart: key })
+    expect(first.status).toBe(402)
+    expect(replay.status).toBe(402)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(runs - before).toBe(1)
+    expect(await effects(key)).toBe(0)
+  })
+
+  it("next('route') hands on to the next route, whose response is held and stored", async () => {
+    const key = freshKey()
+    const first = await post('/next-route', key, { cart: key })
+    const replay = await post('/next-route', key, { cart: key })
+    expect(first.status).toBe(201)
+    expect(await first.json()).toEqual({ from: 'the next route' })
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(await effects(key)).toBe(1)
+  })
+
+  it('a body express.json() parsed before it is used as parsed', async () => {
+    const key = freshKey()
+    const first = await post('/pre-parsed', key, { cart: key })
+    const replay = await post('/pre-parsed', key, { cart: key })
+    const other = await post('/pre-parsed', key, { cart: `${key}-other` })
+    expect(first.status).toBe(201)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(other.status).toBe(422)
+    expect(await effects(key)).toBe(1)
+  })
+
+  it('outside a route (app.use) it cannot name the operation: 500, and the log says to use it on a route', async () => {
+    const res = await post('/mounted', freshKey(), {})
+    expect(res.status).toBe(500)
+    expect(res.headers.get('content-type')).toBe('application/problem+json')
+    expect(errors.some((message) => message.includes('outside a route'))).toBe(true)
+  })
+})
+
+describe('options', () => {
+  const engine = () => createEngine({ store: postgresStore({ pool: db.pool }) })
+
+  it('are checked when the adapter and each route are set up, naming the option', () => {
+    expect(() => idempotency({ engine: {} as never, tenant: () => 't' })).toThrow(
+      /`engine` of @oncely\/server\/express/,
+    )
+    expect(() => idempotency({ engine: engine(), tenant: 't' as never })).toThrow(/`tenant`/)
+    const idempotent = idempotency({ engine: engine(), tenant: () => 't' })
+    expect(() => idempotent({ leaseMs: 0 }, async () => {})).toThrow(/`leaseMs` of `idempotent\(\)`/)
+    expect(() => idempotent({ failOpen: true }, async () => {})).toThrow(/`failOpen` of `idempotent\(\)`/)
+    expect(() => idempotent({} as never)).toThrow(/Expected a route handler/)
+  })
+
+  it('type req.idempotency as present unless the route is optional', () => {
+    const idempotent = idempotency({ engine: engine(), tenant: () => 't' })
+    idempotent(async (req) => {
+      expectTypeOf(req.idempotency).toEqualTypeOf<ExecutionContext>()
+    })
+    idempotent({ wait: { timeoutMs: 10 } }, async (req) => {
+      expectTypeOf(req.idempotency).toEqualTypeOf<ExecutionContext>()
+    })
+    idempotent({ required: false }, async (req) => {
+      expectTypeOf(req.idempotency).toEqualTypeOf<ExecutionContext | null>()
+    })
+  })
+})

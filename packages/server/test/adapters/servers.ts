@@ -1,0 +1,248 @@
+// The same small payments API on each adapter, over a real socket: bearer-token auth (the token is the tenant),
+// one idempotent route that inserts a payment in the idempotency transaction, and a few routes for the edge cases.
+// The contract suite runs the same cases against every one of them.
+
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { type ServerType, serve } from '@hono/node-server'
+import express from 'express'
+import Fastify from 'fastify'
+import { Hono } from 'hono'
+import type pg from 'pg'
+import type { ExecutionContext } from '../../src/engine/types.js'
+import { idempotency as expressIdempotency } from '../../src/express/index.js'
+import { idempotency as fastifyIdempotency } from '../../src/fastify/index.js'
+import { idempotency as fetchIdempotency } from '../../src/fetch/index.js'
+import type { IdempotencyRouteOptions } from '../../src/http/options.js'
+import type { EngineEvent } from '../../src/index.js'
+import type { TestingEngineOptions } from '../../src/testing/index.js'
+import { engineFor } from '../helpers.js'
+
+export interface PaymentBody {
+  cart: string
+  amount: number
+  decline?: boolean
+  fail?: string
+  big?: number
+}
+
+export interface LogLine {
+  msg: string
+  [field: string]: unknown
+}
+
+export interface RunningApp {
+  url: string
+  events: EngineEvent[]
+  /** Error-level lines the adapter logged. */
+  errors: LogLine[]
+  close(): Promise<void>
+}
+
+export interface AppOptions {
+  engine?: Partial<TestingEngineOptions>
+  /** Paused inside the handler of /v1/slow until it resolves. */
+  gate?: () => Promise<void>
+}
+
+export type AdapterName = 'fastify' | 'express' | 'fetch (Hono)'
+
+const PAYMENTS: IdempotencyRouteOptions = {
+  required: true,
+  fingerprint: { exclude: ['clientTime'] },
+  maxBodyBytes: 1_024,
+}
+const NOTES: IdempotencyRouteOptions = { required: false }
+const SLOW = {} satisfies IdempotencyRouteOptions
+const WAITING = { wait: { timeoutMs: 5_000 } } satisfies IdempotencyRouteOptions
+
+/** A tenant token of `none` makes `tenant` return undefined, as a misconfigured function would. */
+const tenantOf = (authorization: string | undefined | null) =>
+  authorization?.startsWith('Bearer ') ? authorization.slice('Bearer '.length) : undefined
+const claimed = (tenant: string | undefined) =>
+  tenant === 'none' ? (undefined as unknown as string) : tenant!
+
+/** The business logic, shared: what each adapter's handler does with `tx`. */
+async function createPayment(
+  ctx: ExecutionContext,
+  tenant: string,
+  body: PaymentBody,
+): Promise<{ status: number; headers: Record<string, string>; body: unknown }> {
+  if (body.fail === 'throw') throw Object.assign(new Error('provider timeout'), { statusCode: 504 })
+  if (body.decline) {
+    throw Object.assign(new Error('Your card was declined.'), { statusCode: 402, code: 'card_declined' })
+  }
+  const { rows } = await ctx.tx.query(
+    'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3) RETURNING id',
+    [tenant, body.cart, body.amount],
+  )
+  const id = rows[0].id as string
+  if (body.big) return { status: 201, headers: {}, body: { id, padding: 'x'.repeat(body.big) } }
+  return {
+    status: 201,
+    headers: { location: `/v1/payments/${id}`, 'set-cookie': 'session=abc', etag: `"p${id}"` },
+    body: { id, cart: body.cart, amount: body.amount },
+  }
+}
+
+async function slow(ctx: ExecutionContext, tenant: string, body: PaymentBody, gate?: () => Promise<void>) {
+  await ctx.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3)', [
+    tenant,
+    body.cart,
+    body.amount,
+  ])
+  await gate?.()
+  return { status: 201, headers: {}, body: { cart: body.cart, attempt: ctx.attempt } }
+}
+
+/** The URL of a Node server once it listens, and how to close it. */
+async function listening(server: Server | ServerType): Promise<Pick<RunningApp, 'url' | 'close'>> {
+  if (!server.listening) await new Promise<void>((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  }
+}
+
+const errorSink = (errors: LogLine[]) => ({
+  error: (details: Record<string, unknown>, msg: string) => errors.push({ ...details, msg }),
+})
+
+async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  const { engine, events } = engineFor(pool, options.engine)
+  const errors: LogLine[] = []
+  const app = Fastify({
+    logger: { level: 'error', stream: { write: (line: string) => errors.push(JSON.parse(line)) } },
+  })
+  app.decorateRequest('tenant', '')
+  app.addHook('preHandler', async (request, reply) => {
+    const tenant = tenantOf(request.headers.authorization)
+    if (!tenant) return reply.code(401).send({ error: 'unauthorized' })
+    ;(request as unknown as { tenant: string }).tenant = tenant
+  })
+  const tenant = (request: unknown) => claimed((request as { tenant: string }).tenant)
+  await app.register(fastifyIdempotency, { engine, tenant })
+  app.post<{ Body: PaymentBody }, { idempotency: { required: true } }>(
+    '/v1/payments',
+    { config: { idempotency: { ...PAYMENTS, required: true } } },
+    async (request, reply) => {
+      const result = await createPayment(request.idempotency, tenant(request), request.body)
+      return reply.code(result.status).headers(result.headers).send(result.body)
+    },
+  )
+  for (const [path, config] of [
+    ['/v1/slow', SLOW],
+    ['/v1/waiting', WAITING],
+  ] as const) {
+    app.post<{ Body: PaymentBody }, { idempotency: typeof config }>(
+      path,
+      { config: { idempotency: config } },
+      async (request, reply) => {
+        const result = await slow(request.idempotency, tenant(request), request.body, options.gate)
+        return reply.code(result.status).send(result.body)
+      },
+    )
+  }
+  app.post('/v1/notes', { config: { idempotency: NOTES } }, async (request) => {
+    await request.idempotency?.tx.query('SELECT 1')
+    return { ok: true, keyed: request.idempotency !== null }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as AddressInfo
+  return { url: `http://127.0.0.1:${port}`, events, errors, close: () => app.close() }
+}
+
+async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  const { engine, events } = engineFor(pool, options.engine)
+  const errors: LogLine[] = []
+  const app = express()
+  app.use((req, res, next) => {
+    const tenant = tenantOf(req.get('authorization'))
+    if (!tenant) return void res.status(401).json({ error: 'unauthorized' })
+    res.locals.tenant = tenant
+    next()
+  })
+  const tenant = (req: express.Request) => claimed(req.res?.locals.tenant)
+  const idempotent = expressIdempotency({ engine, tenant, logger: errorSink(errors) })
+  app.post(
+    '/v1/payments',
+    idempotent({ ...PAYMENTS, required: true }, async (req, res) => {
+      const result = await createPayment(req.idempotency, tenant(req), req.body)
+      res.status(result.status).set(result.headers).json(result.body)
+    }),
+  )
+  for (const [path, config] of [
+    ['/v1/slow', SLOW],
+    ['/v1/waiting', WAITING],
+  ] as const) {
+    app.post(
+      path,
+      idempotent(config, async (req, res) => {
+        const result = await slow(req.idempotency, tenant(req), req.body, options.gate)
+        res.status(result.status).json(result.body)
+      }),
+    )
+  }
+  app.post(
+    '/v1/notes',
+    idempotent(NOTES, async (req, res) => {
+      await req.idempotency?.tx.query('SELECT 1')
+      res.json({ ok: true, keyed: req.idempotency !== null })
+    }),
+  )
+  // Express's default error handler prints the stack; an error page with the status is all the tests need.
+  app.use((error: { statusCode?: number }, _req: express.Request, res: express.Response, _next: unknown) => {
+    res.status(error.statusCode ?? 500).json({ error: 'failed' })
+  })
+  return { events, errors, ...(await listening(app.listen(0, '127.0.0.1'))) }
+}
+
+type HonoEnv = { Variables: { tenant: string } }
+
+async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  const { engine, events } = engineFor(pool, options.engine)
+  const errors: LogLine[] = []
+  const app = new Hono<HonoEnv>()
+  app.use(async (c, next) => {
+    const tenant = tenantOf(c.req.header('authorization'))
+    if (!tenant) return c.json({ error: 'unauthorized' }, 401)
+    c.set('tenant', tenant)
+    await next()
+  })
+  const idempotent = fetchIdempotency({
+    engine,
+    tenant: (_request, c: { get(name: 'tenant'): string }) => claimed(c.get('tenant')),
+    logger: errorSink(errors),
+  })
+  const payments = idempotent({ ...PAYMENTS, required: true }, async (_request, { body, idempotency }, c) => {
+    const result = await createPayment(idempotency, c.get('tenant'), body as PaymentBody)
+    return Response.json(result.body, { status: result.status, headers: result.headers })
+  })
+  for (const [path, config] of [
+    ['/v1/slow', SLOW],
+    ['/v1/waiting', WAITING],
+  ] as const) {
+    const handler = idempotent({ ...config, route: path }, async (_request, { body, idempotency }, c) => {
+      const result = await slow(idempotency, c.get('tenant'), body as PaymentBody, options.gate)
+      return Response.json(result.body, { status: result.status })
+    })
+    app.post(path, (c) => handler(c.req.raw, c))
+  }
+  const notes = idempotent(NOTES, async (_request, { idempotency }) => {
+    await idempotency?.tx.query('SELECT 1')
+    return Response.json({ ok: true, keyed: idempotency !== null })
+  })
+  app.post('/v1/payments', (c) => payments(c.req.raw, c))
+  app.post('/v1/notes', (c) => notes(c.req.raw, c))
+  app.onError((error, c) =>
+    c.json({ error: 'failed' }, ((error as { statusCode?: number }).statusCode ?? 500) as 500),
+  )
+  return { events, errors, ...(await listening(serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }))) }
+}
+
+export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions) => Promise<RunningApp>> = {
+  fastify: (pool, options = {}) => fastifyApp(pool, options),
+  express: (pool, options = {}) => expressApp(pool, options),
+  'fetch (Hono)': (pool, options = {}) => honoApp(pool, options),
+}
