@@ -127,7 +127,7 @@ try {
     report.resume.push(...resumed)
     for (const r of resumed) log(`  ${r.store}: ${r.intents} intents in ${r.seconds.toFixed(2)} s`)
     // Each started oncely protocol, with its cache-off twin when that was started too.
-    const scaleScenarios: Scenario[] = ['oncely', 'oncely-lock']
+    const scaleScenarios: Scenario[] = ['oncely-lock', 'oncely-row']
       .filter((variant) => server.urls[variant])
       .flatMap((variant) => [
         { id: `${variant}-first`, variant, path: 'first' as const },

@@ -23,8 +23,8 @@ export const SUITES = ['server', 'storm', 'client', 'client-browser', 'scale', '
 export type Suite = (typeof SUITES)[number]
 export const VARIANTS = [
   'baseline',
-  'oncely',
-  'oncely-nocache',
+  'oncely-row',
+  'oncely-row-nocache',
   'oncely-lock',
   'oncely-lock-nocache',
   'sql-floor',

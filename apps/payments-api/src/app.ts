@@ -47,7 +47,7 @@ export interface AppOptions {
   leaseMs?: number
   /** How long finished keys are replayed, in ms. @default 86_400_000 */
   retentionMs?: number
-  /** The engine's reservation protocol (see `EngineOptions.reservation`). @default 'row' */
+  /** The engine's reservation protocol (see `EngineOptions.reservation`). @default 'lock' */
   reservation?: 'row' | 'lock'
   /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
   chaos?: ChaosConfig
@@ -111,7 +111,7 @@ function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults:
     store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
     leaseMs: options.leaseMs ?? 30_000,
     retentionMs: options.retentionMs ?? 86_400_000,
-    reservation: options.reservation ?? 'row',
+    reservation: options.reservation ?? 'lock',
     onEvent: (event) => {
       app.log.debug({ event: { ...event, error: undefined } }, `oncely ${event.type}`)
       options.onEvent?.(event)

@@ -61,7 +61,7 @@ export interface Config {
   leaseMs: number
   /** How long keys and stored responses are kept, in ms (`ONCELY_RETENTION_MS`). @default 86400000 (24 hours) */
   retentionMs: number
-  /** The engine's reservation protocol, `row` or `lock` (`ONCELY_RESERVATION`; see @oncely/server). @default 'row' */
+  /** The engine's reservation protocol, `lock` or `row` (`ONCELY_RESERVATION`; see @oncely/server). @default 'lock' */
   reservation: 'row' | 'lock'
   /** Fastify's log level (`LOG_LEVEL`). @default 'info' */
   logLevel: string
@@ -106,9 +106,9 @@ function probability(env: Env, name: string, fallback: number): number {
 
 function reservation(env: Env): 'row' | 'lock' {
   const raw = env.ONCELY_RESERVATION?.trim()
-  if (raw === undefined || raw === '' || raw === 'row') return 'row'
-  if (raw === 'lock') return 'lock'
-  throw new ConfigError(`ONCELY_RESERVATION must be row or lock; got ${JSON.stringify(raw)}.`)
+  if (raw === undefined || raw === '' || raw === 'lock') return 'lock'
+  if (raw === 'row') return 'row'
+  throw new ConfigError(`ONCELY_RESERVATION must be lock or row; got ${JSON.stringify(raw)}.`)
 }
 
 function flag(env: Env, name: string): boolean {

@@ -8,8 +8,8 @@ import type { Variant } from './variant.js'
 
 const loaders: Record<string, () => Promise<Variant>> = {
   baseline: async () => (await import('./baseline.js')).baseline,
-  oncely: async () => (await import('./oncely.js')).oncely,
-  'oncely-nocache': async () => (await import('./oncely.js')).oncelyNoCache,
+  'oncely-row': async () => (await import('./oncely.js')).oncelyRow,
+  'oncely-row-nocache': async () => (await import('./oncely.js')).oncelyRowNoCache,
   'oncely-lock': async () => (await import('./oncely.js')).oncelyLock,
   'oncely-lock-nocache': async () => (await import('./oncely.js')).oncelyLockNoCache,
   'sql-floor': async () => (await import('./sql-floor.js')).sqlFloor,

@@ -11,7 +11,7 @@ export const ONCELY_SCHEMA = 'oncely'
  * `replayCache: false` makes every replay a lookup in the key table, which is what the scale runs must measure:
  * with the cache a replay of a key this process finished never reaches Postgres, whatever the table's size.
  */
-function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock' = 'row'): Variant {
+function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock' = 'lock'): Variant {
   return {
     name,
     description: `oncely engine + Fastify plugin, keys in the business Postgres, same transaction, reservation: '${reservation}'${replayCache ? '' : ', replay cache off'}`,
@@ -36,7 +36,7 @@ function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'
   }
 }
 
-export const oncely = variant('oncely', true)
-export const oncelyNoCache = variant('oncely-nocache', false)
+export const oncelyRow = variant('oncely-row', true)
+export const oncelyRowNoCache = variant('oncely-row-nocache', false)
 export const oncelyLock = variant('oncely-lock', true, 'lock')
 export const oncelyLockNoCache = variant('oncely-lock-nocache', false, 'lock')

@@ -16,7 +16,7 @@ import { createEngineForTesting, type TestingEngineOptions } from '../src/testin
  * The reservation protocol this run of the suite tests: vitest.config.ts runs every test file once per protocol,
  * so every engine the tests build (through {@link engineFor}) uses it unless a test names another.
  */
-export const reservation: 'row' | 'lock' = process.env.ONCELY_TEST_RESERVATION === 'lock' ? 'lock' : 'row'
+export const reservation: 'row' | 'lock' = process.env.ONCELY_TEST_RESERVATION === 'row' ? 'row' : 'lock'
 
 /**
  * True when this run reaches Postgres through PgBouncer in transaction mode (vitest.config.ts): the pools of

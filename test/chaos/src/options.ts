@@ -33,7 +33,7 @@ export interface ChaosOptions {
    * retries and `expired-replay` probes reach the server as new requests. @default 45 s
    */
   retentionMs: number
-  /** The engine's reservation protocol in the demo (`ONCELY_RESERVATION`). @default 'row' */
+  /** The engine's reservation protocol in the demo (`ONCELY_RESERVATION`). @default 'lock' */
   reservation: 'row' | 'lock'
   /** API instances behind the proxies. @default 2 */
   servers: number
@@ -62,7 +62,7 @@ export const USAGE = `Usage: pnpm chaos [options]
   --fencing off         run the demo without fencing (the checker must fail)
   --backstop off        run the demo without its ledger's natural key (the checker must fail)
   --retention <time>    how long the demo replays a finished key (default: 45s)
-  --reservation row|lock  the engine's reservation protocol (default: row)
+  --reservation lock|row  the engine's reservation protocol (default: lock)
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
   --run-dir <dir>       where to keep history, logs, report and dump`
@@ -139,7 +139,7 @@ export function reproduceCommand(options: ChaosOptions): string {
   if (!options.backstop) args.push('--backstop off')
   if (options.retentionMs !== DEFAULT_RETENTION_MS)
     args.push(`--retention ${Math.round(options.retentionMs / 1000)}s`)
-  if (options.reservation !== 'row') args.push(`--reservation ${options.reservation}`)
+  if (options.reservation !== 'lock') args.push(`--reservation ${options.reservation}`)
   return args.join(' ')
 }
 
@@ -187,6 +187,6 @@ function onOff(name: string, text: string | undefined): boolean {
 }
 
 function parseReservation(value: string | undefined): 'row' | 'lock' {
-  if (value === undefined || value === 'row' || value === 'lock') return value ?? 'row'
+  if (value === undefined || value === 'row' || value === 'lock') return value ?? 'lock'
   throw new TypeError(`Expected \`--reservation\` to be row or lock, got ${value}.`)
 }

@@ -35,9 +35,9 @@ describe('the quick tier', () => {
     rmSync(options.runDir, { recursive: true, force: true })
   }, 600_000)
 
-  it("survives every fault kind with reservation: 'lock' too (the advisory-lock protocol)", async () => {
+  it("survives every fault kind with reservation: 'row' too (the leased-row protocol)", async () => {
     const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-    const options = parseOptions(['--seed=1', '--tier=quick', '--reservation=lock'], root)
+    const options = parseOptions(['--seed=1', '--tier=quick', '--reservation=row'], root)
     const report = await run(options, () => {})
     const summary = formatSummary(report)
     console.log(summary)
@@ -76,9 +76,12 @@ describe('a sabotaged demo', () => {
 
   it('is caught with fencing off: a handler stalled past its lease completes after its successor', async () => {
     // The ledger's natural key would turn the stalled handler's late write into the payment its successor recorded
-    // (that is its job), so it is off too: what is left to catch the late write is the checker.
+    // (that is its job), so it is off too: what is left to catch the late write is the checker. The row protocol,
+    // because only it lets a successor take over a key whose holder is stalled but alive (the lock protocol without
+    // its lease guard keeps the key with the stalled holder, so no duplicate can happen to be caught).
     const options = parseOptions(
       [
+        '--reservation=row',
         '--seed=4',
         '--intents=60',
         '--duration=30s',

@@ -20,7 +20,7 @@ describe('parseOptions', () => {
       fencing: true,
       backstop: true,
       retentionMs: 45_000,
-      reservation: 'row',
+      reservation: 'lock',
       servers: 2,
       workers: 3,
       runDir: '/tmp/chaos-root/runs/2026-01-02T03-04-05-000Z-seed-42',
@@ -51,7 +51,7 @@ describe('parseOptions', () => {
     expect(parseOptions(['--idempotency', 'off', '--fencing', 'off', '--seed', '1'], ROOT)).toMatchObject({
       idempotency: false,
       fencing: false,
-      reservation: 'row',
+      reservation: 'lock',
     })
     expect(parseOptions(['--backstop', 'off', '--retention', '10s', '--seed', '1'], ROOT)).toMatchObject({
       backstop: false,

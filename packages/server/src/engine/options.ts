@@ -69,7 +69,7 @@ export function resolveOptions(options: EngineOptions, faults: FaultOptions = {}
     throw new TypeError('Expected `onEvent` to be a function.')
   }
   const fenced = faults.unsafe?.disableFencing !== true
-  const reservation = options.reservation ?? 'row'
+  const reservation = options.reservation ?? 'lock'
   if (reservation !== 'row' && reservation !== 'lock') {
     throw new TypeError(`Expected \`reservation\` to be 'row' or 'lock', got ${JSON.stringify(reservation)}.`)
   }

@@ -227,9 +227,9 @@ export interface EngineOptions {
    * Under both, the business transaction may sit idle (between statements) for at most `leaseMs`: Postgres then ends
    * it (`idle_in_transaction_session_timeout`), so an attempt that stopped cannot keep locks or commit late. Both
    * protocols can share a table (during a switch from one to the other): each fences against the other's writes.
-   * @default 'row'
+   * @default 'lock'
    * @example
-   * createEngine({ store, reservation: 'lock' })
+   * createEngine({ store, reservation: 'row' }) // in_progress rows and the remaining lease as Retry-After
    */
   reservation?: 'row' | 'lock'
   /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */

@@ -7,8 +7,7 @@ import express from 'express'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency } from '../../src/express/index.js'
-import { createEngine, postgresStore } from '../../src/index.js'
-import { freshKey, setupDatabase } from '../helpers.js'
+import { engineFor, freshKey, setupDatabase } from '../helpers.js'
 
 let db: TestDatabase
 let url: string
@@ -20,7 +19,7 @@ let endCallbacks = 0
 beforeAll(async () => {
   db = await setupDatabase('express')
   const idempotent = idempotency({
-    engine: createEngine({ store: postgresStore({ pool: db.pool }) }),
+    engine: engineFor(db.pool).engine,
     tenant: () => 'tenant_1',
     logger: { error: (_details, message) => errors.push(message) },
   })
@@ -171,7 +170,7 @@ describe('what the handler writes is held, then sent or replayed', () => {
 })
 
 describe('options', () => {
-  const engine = () => createEngine({ store: postgresStore({ pool: db.pool }) })
+  const engine = () => engineFor(db.pool).engine
 
   it('are checked when the adapter and each route are set up, naming the option', () => {
     expect(() => idempotency({ engine: {} as never, tenant: () => 't' })).toThrow(

@@ -5,8 +5,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency } from '../../src/fetch/index.js'
-import { createEngine, postgresStore } from '../../src/index.js'
-import { freshKey, setupDatabase } from '../helpers.js'
+import { engineFor, freshKey, reservation, setupDatabase } from '../helpers.js'
 
 let db: TestDatabase
 const errors: string[] = []
@@ -14,7 +13,7 @@ let idempotent: ReturnType<typeof idempotency<[]>>
 beforeAll(async () => {
   db = await setupDatabase('fetch')
   idempotent = idempotency({
-    engine: createEngine({ store: postgresStore({ pool: db.pool }) }),
+    engine: engineFor(db.pool).engine,
     tenant: (request) => request.headers.get('x-test-tenant') ?? 'tenant_1',
     logger: { error: (_details, message) => errors.push(message) },
   })
@@ -96,7 +95,8 @@ describe('the handler and its Response', () => {
     const key = freshKey()
     await expect(handler(request('/v1/bad', key, {}))).rejects.toThrow(/to return a Response/)
     const { rows } = await db.pool.query('SELECT status FROM oncely.idempotency_keys WHERE key = $1', [key])
-    expect(rows[0].status).toBe('failed_retryable')
+    // Released: the row protocol keeps the row as failed_retryable; the lock protocol's attempt left none.
+    expect(rows[0]?.status).toBe(reservation === 'row' ? 'failed_retryable' : undefined)
   })
 })
 
@@ -119,7 +119,7 @@ describe('misuse fails loudly', () => {
   })
 
   it('options are checked when the adapter and each handler are set up', () => {
-    const engine = createEngine({ store: postgresStore({ pool: db.pool }) })
+    const engine = engineFor(db.pool).engine
     expect(() => idempotency({ engine, tenant: undefined as never })).toThrow(
       /`tenant` of @oncely\/server\/fetch/,
     )
@@ -131,7 +131,7 @@ describe('misuse fails loudly', () => {
 
   it('types the context as present unless the route is optional, and passes the extra arguments on', () => {
     const withContext = idempotency({
-      engine: createEngine({ store: postgresStore({ pool: db.pool }) }),
+      engine: engineFor(db.pool).engine,
       tenant: (_request, c: { tenant: string }) => c.tenant,
     })
     const handler = withContext(async (_request, { idempotency: ctx }, c) => {
