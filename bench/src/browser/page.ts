@@ -3,7 +3,12 @@
 import { createClient, type IntentRecord, type OncelyClient } from '@oncely/client'
 import { indexedDbStore } from '@oncely/client/idb'
 
-export type BrowserSender = 'fetch' | 'indexedDbStore relaxed' | 'indexedDbStore strict'
+export type BrowserSender =
+  | 'fetch'
+  | 'indexedDbStore relaxed'
+  | 'indexedDbStore strict'
+  | 'IndexedDB put relaxed'
+  | 'IndexedDB put strict'
 
 const body = { account: 'acct-42', amount: 1250 }
 const clients = new Map<BrowserSender, OncelyClient>()
@@ -15,6 +20,49 @@ function client(durability: 'relaxed' | 'strict', name: string): OncelyClient {
     store: indexedDbStore({ name, durability, fallback: 'fail' }),
     resumeOnStart: false,
     resumeOnOnline: false,
+  })
+}
+
+function pendingRecord(): IntentRecord {
+  const key = crypto.randomUUID()
+  const now = Date.now()
+  return {
+    format: 1,
+    id: key,
+    key,
+    method: 'POST',
+    url: `${location.origin}/ledger`,
+    body: { encoding: 'utf8', data: JSON.stringify(body) },
+    headers: { 'content-type': 'application/json' },
+    createdAt: now,
+    expiresAt: now + 3_600_000,
+    attempts: 1,
+    version: 1,
+    state: 'pending',
+  }
+}
+
+// The floors: one intent-sized record put in its own transaction with the given durability and committed at once,
+// in a database of this page with nothing else in it. No IndexedDB store can make a mutation durable for less.
+let floorDb: Promise<IDBDatabase> | undefined
+function openFloorDb(): Promise<IDBDatabase> {
+  floorDb ??= new Promise((resolve, reject) => {
+    const request = indexedDB.open(`bench-floor-${Date.now()}`)
+    request.onupgradeneeded = () => request.result.createObjectStore('floor')
+    request.onsuccess = () => resolve(request.result)
+    request.onerror = () => reject(request.error)
+  })
+  return floorDb
+}
+async function bareput(durability: 'relaxed' | 'strict'): Promise<void> {
+  const db = await openFloorDb()
+  const record = pendingRecord()
+  await new Promise<void>((resolve, reject) => {
+    const tx = db.transaction('floor', 'readwrite', { durability })
+    tx.oncomplete = () => resolve()
+    tx.onabort = tx.onerror = () => reject(tx.error)
+    tx.objectStore('floor').put(record, record.id)
+    tx.commit()
   })
 }
 
@@ -32,11 +80,13 @@ const senders: Record<BrowserSender, () => Promise<unknown>> = {
     clients.get('indexedDbStore relaxed')!.request({ path: '/ledger', json: body }),
   'indexedDbStore strict': () =>
     clients.get('indexedDbStore strict')!.request({ path: '/ledger', json: body }),
+  'IndexedDB put relaxed': () => bareput('relaxed'),
+  'IndexedDB put strict': () => bareput('strict'),
 }
 
 /** Sends `count` mutations one at a time with `sender` and returns each one's latency in milliseconds. */
 async function timed(sender: BrowserSender, count: number): Promise<number[]> {
-  if (sender !== 'fetch' && !clients.has(sender))
+  if (sender.startsWith('indexedDbStore') && !clients.has(sender))
     clients.set(sender, client(sender === 'indexedDbStore strict' ? 'strict' : 'relaxed', `bench-${sender}`))
   const send = senders[sender]
   const latencies: number[] = []
@@ -51,25 +101,7 @@ async function timed(sender: BrowserSender, count: number): Promise<number[]> {
 /** Writes `intents` pending intents into a fresh strict indexedDbStore, then times one `client.resume()`. */
 async function resumeTime(intents: number): Promise<{ seconds: number; settled: number }> {
   const store = indexedDbStore({ name: `bench-resume-${Date.now()}`, fallback: 'fail' })
-  const now = Date.now()
-  for (let i = 0; i < intents; i++) {
-    const key = crypto.randomUUID()
-    const record: IntentRecord = {
-      format: 1,
-      id: key,
-      key,
-      method: 'POST',
-      url: `${location.origin}/ledger`,
-      body: { encoding: 'utf8', data: JSON.stringify(body) },
-      headers: { 'content-type': 'application/json' },
-      createdAt: now,
-      expiresAt: now + 3_600_000,
-      attempts: 0,
-      version: 1,
-      state: 'pending',
-    }
-    await store.set(record)
-  }
+  for (let i = 0; i < intents; i++) await store.set({ ...pendingRecord(), attempts: 0 })
   const resumer = createClient({
     baseUrl: location.origin,
     store,

@@ -2,7 +2,8 @@
 // `fetch` (a key header, nothing persisted) and with the oncely client on `indexedDbStore` at relaxed and strict
 // durability. Page, bundle and API come from one local server (same origin, no CORS preflight), which answers
 // 201 at once without a database, so the difference is the client's own work. Rounds rotate the order as in the
-// Node client suite; the timing runs in the page (see ../browser/page.ts).
+// Node client suite; the timing runs in the page (see ../browser/page.ts). The floors, timed in the same rounds,
+// are a bare IndexedDB put of an intent-sized record at each durability in the same page.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
@@ -14,7 +15,13 @@ import { percentile } from '../stats.js'
 import { type ClientSummary, summarize } from './client.js'
 import type { ResumeResult } from './scale.js'
 
-const SENDERS: BrowserSender[] = ['fetch', 'indexedDbStore relaxed', 'indexedDbStore strict']
+const SENDERS: BrowserSender[] = [
+  'fetch',
+  'indexedDbStore relaxed',
+  'indexedDbStore strict',
+  'IndexedDB put relaxed',
+  'IndexedDB put strict',
+]
 
 async function bundle(): Promise<string> {
   const result = await build({
@@ -101,7 +108,15 @@ export async function browserClientBench(options: {
         `  chromium indexedDbStore: ${options.resumeIntents} intents resumed in ${seconds.toFixed(2)} s`,
       )
     }
-    return { client: summarize(rounds, SENDERS, 'fetch', 'chromium'), resume }
+    return {
+      client: summarize(
+        rounds,
+        ['fetch', 'indexedDbStore relaxed', 'indexedDbStore strict'],
+        'fetch',
+        'chromium',
+      ),
+      resume,
+    }
   } finally {
     await browser.close()
     server.close()
