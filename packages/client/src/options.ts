@@ -1,6 +1,7 @@
 import type { RetryPolicy } from './backoff.js'
 import type { IntentStore } from './store.js'
 import type { Timers } from './timers.js'
+import { OptionChecks } from './validate.js'
 
 /** Retry budget of one run of an intent (a `request`, or one intent inside `resume()`). */
 export interface RetryOptions {
@@ -109,69 +110,50 @@ export interface ResolvedOptions {
   resumeConcurrency: number
 }
 
-function check(name: string, value: unknown, fallback: number, min: number): number {
-  if (value === undefined) return fallback
-  if (typeof value !== 'number' || Number.isNaN(value) || value < min) {
-    throw new TypeError(`Expected \`${name}\` to be a number >= ${min}, got ${String(value)}`)
-  }
-  return value
-}
-
-/** Applies defaults and validates, throwing a `TypeError` that names the bad option. */
+/**
+ * Applies defaults and validates, throwing one `TypeError` that names every bad option (not only the first).
+ */
 export function resolveOptions(options: ClientOptions): ResolvedOptions {
-  if (typeof options !== 'object' || options === null) throw new TypeError('Expected an options object')
-  let baseUrl: URL
+  const checks = new OptionChecks('createClient', options)
+  let baseUrl = new URL('http://invalid.invalid')
   try {
     baseUrl = new URL(options.baseUrl)
   } catch {
-    throw new TypeError(`Expected \`baseUrl\` to be an absolute URL, got ${String(options.baseUrl)}`)
+    checks.problem(`Expected \`baseUrl\` to be an absolute URL, got ${String(options.baseUrl)}`)
   }
-  for (const name of ['headers', 'fetch', 'random'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'function') {
-      throw new TypeError(`Expected \`${name}\` to be a function`)
-    }
-  }
-  for (const name of ['resumeOnStart', 'resumeOnOnline'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'boolean') {
-      throw new TypeError(`Expected \`${name}\` to be a boolean`)
-    }
-  }
+  for (const name of ['headers', 'fetch', 'random'] as const) checks.fn(name, options[name])
+  for (const name of ['resumeOnStart', 'resumeOnOnline'] as const) checks.boolean(name, options[name])
   const timers = options.timers
   if (timers !== undefined) {
     for (const method of ['now', 'setTimeout', 'clearTimeout'] as const) {
       if (typeof timers?.[method] !== 'function')
-        throw new TypeError(`Expected \`timers.${method}\` to be a function`)
+        checks.problem(`Expected \`timers.${method}\` to be a function`)
     }
   }
   const store = options.store
   if (store !== undefined) {
     for (const method of ['get', 'set', 'delete', 'list'] as const) {
       if (typeof store?.[method] !== 'function') {
-        throw new TypeError(`Expected \`store.${method}\` to be a function (see the IntentStore interface)`)
+        checks.problem(`Expected \`store.${method}\` to be a function (see the IntentStore interface)`)
       }
     }
   }
   const r = options.retry ?? {}
-  const limit = check('retry.limit', r.limit, 8, 0)
-  if (!Number.isInteger(limit)) throw new TypeError(`Expected \`retry.limit\` to be an integer, got ${limit}`)
   const retry: RetryPolicy = {
-    limit,
-    minDelayMs: check('retry.minDelayMs', r.minDelayMs, 200, 0),
-    maxDelayMs: check('retry.maxDelayMs', r.maxDelayMs, 30_000, 0),
-    maxElapsedMs: check('retry.maxElapsedMs', r.maxElapsedMs, 120_000, 0),
-    maxRetryAfterMs: check('retry.maxRetryAfterMs', r.maxRetryAfterMs, 60_000, 0),
+    limit: checks.number('retry.limit', r.limit, 8, 0, true),
+    minDelayMs: checks.number('retry.minDelayMs', r.minDelayMs, 200, 0),
+    maxDelayMs: checks.number('retry.maxDelayMs', r.maxDelayMs, 30_000, 0),
+    maxElapsedMs: checks.number('retry.maxElapsedMs', r.maxElapsedMs, 120_000, 0),
+    maxRetryAfterMs: checks.number('retry.maxRetryAfterMs', r.maxRetryAfterMs, 60_000, 0),
   }
-  const resumeConcurrency = check('resumeConcurrency', options.resumeConcurrency, 4, 1)
-  if (!Number.isInteger(resumeConcurrency)) {
-    throw new TypeError(`Expected \`resumeConcurrency\` to be an integer, got ${resumeConcurrency}`)
-  }
-  const timeoutMs = options.timeoutMs === false ? false : check('timeoutMs', options.timeoutMs, 30_000, 1)
-  return {
+  const resolved: ResolvedOptions = {
     baseUrl,
     retry,
-    timeoutMs,
-    intentTtlMs: check('intentTtlMs', options.intentTtlMs, 23 * 60 * 60 * 1000, 1),
-    settledTtlMs: check('settledTtlMs', options.settledTtlMs, 10 * 60 * 1000, 0),
-    resumeConcurrency,
+    timeoutMs: options.timeoutMs === false ? false : checks.number('timeoutMs', options.timeoutMs, 30_000, 1),
+    intentTtlMs: checks.number('intentTtlMs', options.intentTtlMs, 23 * 60 * 60 * 1000, 1),
+    settledTtlMs: checks.number('settledTtlMs', options.settledTtlMs, 10 * 60 * 1000, 0),
+    resumeConcurrency: checks.number('resumeConcurrency', options.resumeConcurrency, 4, 1, true),
   }
+  checks.done()
+  return resolved
 }
