@@ -2,6 +2,8 @@ import { defineConfig, type Options } from 'tsup'
 
 const entry = {
   index: 'src/index.ts',
+  // The main entry as browsers resolve it (the `browser` export condition): createClient defaults to IndexedDB.
+  'index.browser': 'src/index.browser.ts',
   idb: 'src/stores/idb.ts',
   node: 'src/stores/node.ts',
   'react-native': 'src/stores/async-storage.ts',
