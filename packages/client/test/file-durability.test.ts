@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { mkdtemp, open, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises'
+import { mkdtemp, open, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -67,21 +67,29 @@ const record = (patch: Partial<IntentRecord> = {}): IntentRecord => ({
 it('makes a mutation durable with one fdatasync of a file that already exists, and flushes nothing else', async () => {
   const { dir, sync, datasync } = await setup()
   const client = createClient({ baseUrl, store: fileStore({ dir }), resumeOnOnline: false })
-  await client.request({ path: '/pay', json: { amount: 0 } }) // the first one prepares the store's slots
+  await client.request({ path: '/pay', json: { amount: 0 } }) // the first one prepares the store's first cells
   sync.mockClear()
   datasync.mockClear()
-  for (let i = 1; i <= 5; i++) await client.request({ path: '/pay', json: { amount: i } })
-  expect(datasync).toHaveBeenCalledTimes(5)
-  expect(sync).not.toHaveBeenCalled() // no file created, no directory flushed: the slots are reused
-  await client.request({ path: '/pay', json: { amount: 1 }, intentId: 'order:1' }) // its outcome is kept
-  expect(datasync).toHaveBeenCalledTimes(6)
-  expect(sync).not.toHaveBeenCalled()
+  for (let i = 1; i <= 16; i++) await client.request({ path: '/pay', json: { amount: i } })
+  expect(datasync).toHaveBeenCalledTimes(16)
+  // Sixteen cells per file: the next file was prepared meanwhile, off the path of any mutation (its own flush
+  // and its directory's); no mutation created, renamed or removed a file.
+  expect(sync).toHaveBeenCalledTimes(2)
   sync.mockClear()
-  await client.discard('order:1') // the user's decision to forget an intent survives a power loss
-  expect(sync).toHaveBeenCalledTimes(1)
-  expect(await client.pending()).toEqual([])
+  datasync.mockClear()
+  await client.request({ path: '/pay', json: { amount: 1 }, intentId: 'order:1' }) // its outcome is kept
+  expect(datasync).toHaveBeenCalledTimes(1)
   await client.close()
-  expect(await readdir(dir)).toEqual([]) // slots and owner file removed on close
+  sync.mockClear()
+  const again = createClient({ baseUrl, store: fileStore({ dir }), resumeOnOnline: false })
+  await again.discard('order:1') // the user's decision to forget an intent survives a power loss
+  expect(sync).toHaveBeenCalledTimes(1)
+  expect(await again.pending()).toEqual([])
+  await again.close()
+  // Cells files whose cells were all used and emptied are gone; free slots and owner files are removed on close.
+  expect((await readdir(dir)).filter((name) => !name.endsWith('.cells'))).toEqual([])
+  expect(await fileStore({ dir }).list()).toEqual([])
+  expect(await readdir(dir)).toEqual([])
 })
 
 it('reads the last whole version of an intent: a torn, garbled or stale later version is never read', async () => {
@@ -114,27 +122,25 @@ it('reads the last whole version of an intent: a torn, garbled or stale later ve
   await another.close?.()
 })
 
-it('gives an intent its driver deleted back as a slot, and reuses it for the next intent', async () => {
+it('never reuses a cell: a deleted intent leaves its cell empty, and a file of used, emptied cells is removed', async () => {
   const { dir } = await setup()
   const store = fileStore({ dir })
   const events: unknown[] = []
   store.attach?.((_event, payload) => events.push(payload))
+  const cellsFiles = async () => (await readdir(dir)).filter((name) => name.endsWith('.cells')).sort()
   await store.create!(record({ id: 'a', key: 'a' }), async () => {
-    expect(await intentFiles(dir)).toEqual([fileOf(dir, 'a').slice(dir.length + 1)])
+    expect(await intentFiles(dir)).toEqual([]) // a new intent gets no file of its own
+    expect((await store.list()).map((r) => r.id)).toEqual(['a'])
     await store.delete('a', { durable: false })
     expect(await store.get('a')).toBeUndefined() // emptied in place: no record any more
   })
-  // The same files serve again (a slot is renamed, never created anew, once the pool has enough).
-  const slotFiles = async () => {
-    const names = (await readdir(dir)).filter((name) => name.endsWith('.slot'))
-    return (await Promise.all(names.map((name) => stat(join(dir, name))))).map((s) => s.ino).sort()
+  const [first] = await cellsFiles()
+  for (let i = 1; i < 16; i++) {
+    await store.create!(record({ id: `b${i}`, key: `b${i}` }), async () => {
+      await store.delete(`b${i}`, { durable: false })
+    })
   }
-  const before = await slotFiles()
-  await store.create!(record({ id: 'b', key: 'b' }), async () => {
-    await store.delete('b', { durable: false })
-  })
-  expect(await slotFiles()).toEqual(before)
-  expect(await intentFiles(dir)).toEqual([])
+  expect(await cellsFiles()).not.toContain(first) // all 16 cells used and emptied
   expect(await store.list()).toEqual([])
   expect(events).toEqual([])
   await store.close?.()
@@ -201,6 +207,7 @@ it('reads intents written by the previous version of fileStore, and rewrites the
   await store.set(record({ id: 'old', key: 'old', version: 3, attempts: 1 }), { durable: false })
   expect(await store.get('old')).toEqual(record({ id: 'old', key: 'old', version: 3, attempts: 1 }))
   expect((await readFile(file)).subarray(0, 8).toString()).toBe('oncely1 ')
+  await store.list() // which also removes the later version left behind
   expect((await readdir(dir)).filter((name) => name.endsWith('.later'))).toEqual([])
   expect(events).toEqual([])
   await store.close?.()
@@ -219,6 +226,7 @@ it('lets another store drive an intent only once its creator let go of it or is 
       }),
   )
   await new Promise((resolve) => setTimeout(resolve, 20))
+  expect((await other.list()).map((r) => r.id)).toEqual(['i1']) // as resume() does, before driving it
   expect(await other.exclusive!('i1', async () => 'other')).toEqual({ acquired: false })
   release()
   await driving
@@ -238,6 +246,7 @@ it('lets another store drive an intent only once its creator let go of it or is 
       }),
   )
   await new Promise((resolve) => setTimeout(resolve, 20))
+  await other.list()
   expect(await other.exclusive!('i2', async () => 'other')).toEqual({ acquired: false })
   const [ownerFile] = (await readdir(dir)).filter((name) => name.endsWith('.owner'))
   const holder = JSON.parse(await readFile(join(dir, ownerFile!), 'utf8')) as Record<string, unknown>

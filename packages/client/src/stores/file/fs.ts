@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { open, rename, unlink } from 'node:fs/promises'
+import { writeSync } from 'node:fs'
+import { type FileHandle, open, rename, unlink } from 'node:fs/promises'
 import { QuotaExceededError } from '../../errors/quota-exceeded-error.js'
 import { StorageError } from '../../errors/storage-error.js'
 
@@ -59,5 +60,37 @@ export async function removeIfPresent(path: string): Promise<void> {
     await unlink(path)
   } catch (error) {
     if (errno(error) !== 'ENOENT') throw fsError(error)
+  }
+}
+
+const NO_SPACE = () => Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' })
+
+/**
+ * Writes all of `bytes` at `position`, synchronously: into the page cache, so it never waits for the disk (only a
+ * flush does), and a round trip through the thread pool would cost more than the write. A write the file system
+ * cuts short (a full disk writes what fits, then refuses the rest) continues until it is whole or fails.
+ */
+export function writeAllSync(handle: FileHandle, bytes: Buffer, position: number): void {
+  try {
+    for (let done = 0; done < bytes.length; ) {
+      const written = writeSync(handle.fd, bytes, done, bytes.length - done, position + done)
+      if (written === 0) throw NO_SPACE()
+      done += written
+    }
+  } catch (error) {
+    throw fsError(error)
+  }
+}
+
+/** Writes all of `bytes` at `position` through the thread pool (for large writes), as {@link writeAllSync}. */
+export async function writeAll(handle: FileHandle, bytes: Buffer, position: number): Promise<void> {
+  try {
+    for (let done = 0; done < bytes.length; ) {
+      const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, position + done)
+      if (bytesWritten === 0) throw NO_SPACE()
+      done += bytesWritten
+    }
+  } catch (error) {
+    throw fsError(error)
   }
 }

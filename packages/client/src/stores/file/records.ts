@@ -7,8 +7,9 @@ import { type IntentRecord, isIntentRecord } from '../../intent.js'
 // fixed-size header, `oncely1 <payload bytes, 10 digits> <digest, 32 hex>\n`, then its JSON payload. Each digest
 // covers the previous frame's digest and the payload, and the first payload holds a random nonce, so a frame that
 // is torn, stale (left by an earlier use of the file) or from another chain never verifies: a reader takes the
-// last frame of the unbroken chain from the start. A zero byte where a header should start means "no record"
-// (a fresh slot, or an intent deleted by zeroing its first header).
+// last frame of the unbroken chain from the start. A zero byte where a header should start means "no record": a
+// fresh slot, or an intent its driver deleted by overwriting the first header with a zero byte and its own owner
+// token (the file then waits to serve that store as a slot again).
 
 const MAGIC = 'oncely1 '
 export const HEADER_BYTES = MAGIC.length + 10 + 1 + 32 + 1
@@ -35,7 +36,7 @@ export interface Chain {
 /** What a file holds. */
 export type Content =
   | { kind: 'chain'; chain: Chain }
-  | { kind: 'free' }
+  | { kind: 'free'; owner?: string }
   | { kind: 'legacy'; record: IntentRecord }
   | { kind: 'corrupt'; reason: string }
 
@@ -65,12 +66,19 @@ export function nextFrame(
   return { bytes, chain: { record, owner, end: chain.end + bytes.length, digest } }
 }
 
-/** Zero bytes to write over a first header: the file then holds no record. */
-export const ZERO_HEADER = Buffer.alloc(HEADER_BYTES)
+/** What to write over a first header so the file holds no record, kept by the store `owner` as a slot. */
+export function emptied(owner: string): Buffer {
+  const header = Buffer.alloc(HEADER_BYTES)
+  header.write(owner, 1, 'latin1')
+  return header
+}
 
-/** Reads a file's bytes. */
+/** Reads a file's bytes. A file that holds no record names the store keeping it as a slot, if any. */
 export function parse(bytes: Buffer): Content {
-  if (bytes.length === 0 || bytes[0] === 0) return { kind: 'free' }
+  if (bytes.length === 0 || bytes[0] === 0) {
+    const owner = bytes.subarray(1, 17).toString('latin1')
+    return /^[0-9a-f]{16}$/.test(owner) ? { kind: 'free', owner } : { kind: 'free' }
+  }
   if (bytes.subarray(0, MAGIC.length).toString('latin1') !== MAGIC) return legacy(bytes)
   let chain: Chain | undefined
   let at = 0

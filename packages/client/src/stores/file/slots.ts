@@ -1,6 +1,6 @@
 import { type FileHandle, open, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
-import { fsError, syncDir } from './fs.js'
+import { fsError, syncDir, writeAll } from './fs.js'
 
 /** A file ready to take a write-ahead record: allocated, zero-filled and flushed, its name flushed too. */
 export interface Slot {
@@ -11,21 +11,20 @@ export interface Slot {
 /** Bytes allocated in a new slot: a write-ahead record that fits overwrites data in place and changes no metadata. */
 export const SLOT_BYTES = 16 * 1024
 // Slots created at once when the pool runs low (their creation costs one flush each and one for the directory,
-// off the path of any mutation), and how many free slots the pool keeps at most.
+// off the path of any mutation).
 const BATCH = 4
 const LOW = 2
-const MAX_FREE = 16
 
 /**
- * One store's free slots, named `<owner>.<n>.slot` in the store's directory. A write-ahead takes one, writes the
- * record over its start, flushes it with one fdatasync and renames it to the intent's name; an intent deleted by
- * its driver gives its file back. New slots are created in the background when few are left.
+ * One store's free slots, named `<owner>.<n>.slot` in the store's directory, for records that get a file of their
+ * own (intents with an `intentId`, and records too large for a cell). A write-ahead takes one, writes the record
+ * over its start, flushes it with one fdatasync and renames it to the intent's name. New slots are created in the
+ * background when few are left.
  */
 export class SlotPool {
   readonly #free: Slot[] = []
   #filling: Promise<void> | undefined
   #count = 0
-  #closed = false
 
   constructor(
     readonly dir: string,
@@ -50,21 +49,6 @@ export class SlotPool {
     }
   }
 
-  /** Takes back a file that no longer holds a record (its first header zeroed), now named `path`. */
-  async give(path: string, handle: FileHandle): Promise<void> {
-    if (this.#closed || this.#free.length >= MAX_FREE) {
-      await handle.close().catch(() => {})
-      await unlink(path).catch(() => {})
-      return
-    }
-    this.#free.push({ path, handle })
-  }
-
-  /** A fresh name for a slot of this pool. */
-  name(): string {
-    return join(this.dir, `${this.owner}.${this.#count++}.slot`)
-  }
-
   /** Starts creating slots in the background when few are left, so the next write-ahead finds one. */
   prepare(): void {
     if (this.#free.length < LOW) this.#fill().catch(() => {})
@@ -72,7 +56,6 @@ export class SlotPool {
 
   /** Removes the free slots. */
   async close(): Promise<void> {
-    this.#closed = true
     await this.#filling?.catch(() => {})
     for (const slot of this.#free.splice(0)) {
       await slot.handle.close().catch(() => {})
@@ -101,10 +84,10 @@ export class SlotPool {
   }
 
   async #create(): Promise<Slot> {
-    const path = this.name()
+    const path = join(this.dir, `${this.owner}.${this.#count++}.slot`)
     const handle = await open(path, 'wx+')
     try {
-      await handle.write(Buffer.alloc(SLOT_BYTES), 0, SLOT_BYTES, 0)
+      await writeAll(handle, Buffer.alloc(SLOT_BYTES), 0)
       await handle.sync()
       return { path, handle }
     } catch (error) {
