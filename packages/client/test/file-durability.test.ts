@@ -146,6 +146,18 @@ it('never reuses a cell: a deleted intent leaves its cell empty, and a file of u
   await store.close?.()
 })
 
+it('leaves no byte of a deleted intent in its cell: its body and versions are overwritten, not only unlinked', async () => {
+  const { dir } = await setup()
+  const client = createClient({ baseUrl, store: fileStore({ dir }), resumeOnOnline: false })
+  await client.request({ path: '/pay', json: { card: 'secret-4242-4242' } })
+  await client.request({ path: '/pay', json: { card: 'another-secret' } })
+  for (const name of await readdir(dir)) {
+    const bytes = await readFile(join(dir, name))
+    expect(bytes.includes('secret'), name).toBe(false)
+  }
+  await client.close()
+})
+
 it('empties and removes a write-ahead record whose flush failed before rejecting: it never comes back', async () => {
   const { dir, datasync } = await setup()
   const store = fileStore({ dir })

@@ -189,7 +189,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       return { place: { path }, chain, handle: slot.handle }
     } catch (error) {
       try {
-        writeAt(slot.handle, emptied(owner.token), 0)
+        writeAt(slot.handle, emptied(owner.token, bytes.length), 0)
       } catch {}
       await slot.handle.close().catch(() => {})
       await unlink(slot.path).catch(() => {})
@@ -208,7 +208,7 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       await cell.handle.datasync()
     } catch (error) {
       try {
-        writeAt(cell.handle, emptied(owner.token), cell.offset)
+        writeAt(cell.handle, emptied(owner.token, bytes.length), cell.offset)
         await cell.handle.datasync()
       } catch {}
       await cells.emptied(cell.path)
@@ -268,12 +268,16 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     if (section) section.file = current
   }
 
-  // Empties a cell in place (flushed when `durable`): it no longer holds a record, and is never used again.
-  const emptyCell = async (file: Pick<Open, 'place' | 'handle' | 'shared'>, durable: boolean) => {
+  // Empties a cell in place, zeros over its whole chain so that no byte of the record stays on disk (flushed when
+  // `durable`): it no longer holds a record, and is never used again.
+  const emptyCell = async (
+    file: Pick<Open, 'place' | 'handle' | 'shared'> & { chain?: Chain },
+    durable: boolean,
+  ) => {
     const handle = file.handle ?? (await open(file.place.path, 'r+').catch(() => undefined))
     if (!handle) return
     try {
-      writeAt(handle, emptied(owner.token), file.place.cell!)
+      writeAt(handle, emptied(owner.token, file.chain?.end), file.place.cell!)
       if (durable) await handle.datasync().catch((error: unknown) => Promise.reject(fsError(error)))
     } finally {
       if (!file.shared) await handle.close().catch(() => {})

@@ -66,11 +66,14 @@ export function nextFrame(
   return { bytes, chain: { record, owner, end: chain.end + bytes.length, digest } }
 }
 
-/** What to write over a first header so the file holds no record, kept by the store `owner` as a slot. */
-export function emptied(owner: string): Buffer {
-  const header = Buffer.alloc(HEADER_BYTES)
-  header.write(owner, 1, 'latin1')
-  return header
+/**
+ * What to write over the start of a chain of `length` bytes so it holds no record, and none of its bytes are left:
+ * zeros, except the token of the store `owner` after the first zero byte.
+ */
+export function emptied(owner: string, length = HEADER_BYTES): Buffer {
+  const bytes = Buffer.alloc(Math.max(HEADER_BYTES, length))
+  bytes.write(owner, 1, 'latin1')
+  return bytes
 }
 
 /** Reads a file's bytes. A file that holds no record names the store keeping it as a slot, if any. */
