@@ -158,6 +158,28 @@ it('leaves no byte of a deleted intent in its cell: its body and versions are ov
   await client.close()
 })
 
+// Regression: a store listing another, live store's cells file removed it when no cell held a whole record and none
+// was fresh, which is also what a cell looks like while its write-ahead is being written.
+it("does not remove a live store's cells file while a write-ahead may be being written in it", async () => {
+  const { dir } = await setup()
+  const creator = fileStore({ dir })
+  for (let i = 0; i < 15; i++) {
+    await creator.create!(record({ id: `c${i}`, key: `c${i}` }), async () => {
+      await creator.delete(`c${i}`, { durable: false })
+    })
+  }
+  const [cells] = (await readdir(dir)).filter((name) => name.endsWith('.cells'))
+  // The last cell as a write-ahead torn mid-write looks to a reader: the start of a header, no whole frame.
+  const handle = await open(join(dir, cells!), 'r+')
+  await handle.write(Buffer.from('oncely1 0000000'), 0, 15, 15 * 16 * 1024)
+  await handle.close()
+  expect(await fileStore({ dir }).list()).toEqual([])
+  expect(await readdir(dir)).toContain(cells)
+  await creator.close?.()
+  expect(await fileStore({ dir }).list()).toEqual([]) // its store gone: nothing can be written there any more
+  expect(await readdir(dir)).not.toContain(cells)
+})
+
 it('empties and removes a write-ahead record whose flush failed before rejecting: it never comes back', async () => {
   const { dir, datasync } = await setup()
   const store = fileStore({ dir })

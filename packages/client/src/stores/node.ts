@@ -327,8 +327,9 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     }
   }
 
-  // The records of one cells file, remembered for get(); the file is removed once no cell can hold a record any
-  // more (all emptied, or its store is gone and no cell holds one).
+  // The records of one cells file, remembered for get(). The file is removed once no cell can hold a record any
+  // more: every cell emptied, or, when its store is gone, no cell holding one. (A cell of a live store that reads
+  // as neither may be a write-ahead being written right now.)
   const listCells = async (path: string, alive: boolean): Promise<IntentRecord[]> => {
     let bytes: Buffer
     try {
@@ -338,15 +339,15 @@ export function fileStore(options: FileStoreOptions): IntentStore {
       throw fsError(error)
     }
     const records: IntentRecord[] = []
-    let fresh = 0
+    let emptiedCells = 0
     for (let cell = 0; cell < CELLS; cell++) {
       const content = parse(bytes.subarray(cell * CELL_BYTES, (cell + 1) * CELL_BYTES))
       if (content.kind === 'chain') {
         records.push(content.chain.record)
         cellOf.set(content.chain.record.id, { path, cell: cell * CELL_BYTES })
-      } else if (content.kind === 'free' && !content.owner) fresh++
+      } else if (content.kind === 'free' && content.owner) emptiedCells++
     }
-    if (records.length === 0 && (fresh === 0 || !alive)) await unlink(path).catch(() => {})
+    if (alive ? emptiedCells === CELLS : records.length === 0) await unlink(path).catch(() => {})
     return records
   }
 
