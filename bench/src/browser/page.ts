@@ -1,7 +1,8 @@
 // Runs inside Chromium (bundled by suites/client-browser.ts with esbuild): the timed loops live in the page, so
 // every latency is the page's own `performance.now()` around one mutation and no DevTools round trip is counted.
-import { createClient, type IntentRecord, type OncelyClient } from '@oncely/client'
+import { createClient, type OncelyClient } from '@oncely/client'
 import { indexedDbStore } from '@oncely/client/idb'
+import { LEDGER_BODY, ledgerIntent } from '../intent.js'
 
 export type BrowserSender =
   | 'fetch'
@@ -10,7 +11,7 @@ export type BrowserSender =
   | 'IndexedDB put relaxed'
   | 'IndexedDB put strict'
 
-const body = { account: 'acct-42', amount: 1250 }
+const body = LEDGER_BODY
 const clients = new Map<BrowserSender, OncelyClient>()
 
 // `fallback: 'fail'`: a store that silently fell back to memory would measure the wrong thing.
@@ -21,25 +22,6 @@ function client(durability: 'relaxed' | 'strict', name: string): OncelyClient {
     resumeOnStart: false,
     resumeOnOnline: false,
   })
-}
-
-function pendingRecord(): IntentRecord {
-  const key = crypto.randomUUID()
-  const now = Date.now()
-  return {
-    format: 1,
-    id: key,
-    key,
-    method: 'POST',
-    url: `${location.origin}/ledger`,
-    body: { encoding: 'utf8', data: JSON.stringify(body) },
-    headers: { 'content-type': 'application/json' },
-    createdAt: now,
-    expiresAt: now + 3_600_000,
-    attempts: 1,
-    version: 1,
-    state: 'pending',
-  }
 }
 
 // The floors: one intent-sized record put in its own transaction with the given durability and committed at once,
@@ -56,7 +38,7 @@ function openFloorDb(): Promise<IDBDatabase> {
 }
 async function bareput(durability: 'relaxed' | 'strict'): Promise<void> {
   const db = await openFloorDb()
-  const record = pendingRecord()
+  const record = ledgerIntent(location.origin)
   await new Promise<void>((resolve, reject) => {
     const tx = db.transaction('floor', 'readwrite', { durability })
     tx.oncomplete = () => resolve()
@@ -101,7 +83,7 @@ async function timed(sender: BrowserSender, count: number): Promise<number[]> {
 /** Writes `intents` pending intents into a fresh strict indexedDbStore, then times one `client.resume()`. */
 async function resumeTime(intents: number): Promise<{ seconds: number; settled: number }> {
   const store = indexedDbStore({ name: `bench-resume-${Date.now()}`, fallback: 'fail' })
-  for (let i = 0; i < intents; i++) await store.set({ ...pendingRecord(), attempts: 0 })
+  for (let i = 0; i < intents; i++) await store.set(ledgerIntent(location.origin, 0))
   const resumer = createClient({
     baseUrl: location.origin,
     store,

@@ -14,15 +14,10 @@ import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
-import {
-  createClient,
-  type IntentRecord,
-  type IntentStore,
-  memoryStore,
-  type OncelyClient,
-} from '@oncely/client'
+import { createClient, type IntentStore, memoryStore, type OncelyClient } from '@oncely/client'
 import { fileStore } from '@oncely/client/node'
 import ky from 'ky'
+import { LEDGER_BODY, ledgerIntent } from '../intent.js'
 import { median, percentile } from '../stats.js'
 
 /** A floor: the bare durable write a store's write-ahead is compared to, measured in the same rounds. */
@@ -83,26 +78,6 @@ export function summarize(
   })
 }
 
-/** A pending intent record as the client writes it ahead of a `POST /ledger`, for sizing the floors' writes. */
-export function sampleRecord(origin: string, body: unknown): IntentRecord {
-  const key = randomUUID()
-  const now = Date.now()
-  return {
-    format: 1,
-    id: key,
-    key,
-    method: 'POST',
-    url: `${origin}/ledger`,
-    body: { encoding: 'utf8', data: JSON.stringify(body) },
-    headers: { 'content-type': 'application/json' },
-    createdAt: now,
-    expiresAt: now + 82_800_000,
-    attempts: 1,
-    version: 1,
-    state: 'pending',
-  }
-}
-
 async function listen(): Promise<{ server: Server; url: string }> {
   const server = createServer((request, response) => {
     request.resume()
@@ -143,8 +118,8 @@ export async function clientBench(options: {
 }): Promise<ClientSummary[]> {
   const { server, url } = await listen()
   const dir = await mkdtemp(path.join(os.tmpdir(), 'oncely-bench-client-'))
-  const body = { account: 'acct-42', amount: 1250 }
-  const record = Buffer.from(JSON.stringify(sampleRecord(url, body)))
+  const body = LEDGER_BODY
+  const record = Buffer.from(JSON.stringify(ledgerIntent(url)))
   const floor = await floorFile(dir, record.length)
   const clients: OncelyClient[] = []
   const oncely = (store: IntentStore): Send => {

@@ -21,6 +21,7 @@ import { build } from 'esbuild'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createClient, type IntentRecord } from '../../src/index.js'
 import { fileStore } from '../../src/stores/node.js'
+import { expectNothingResent, expectPromisesKept, type Fact } from './support/promises.js'
 
 const packageDir = fileURLToPath(new URL('../..', import.meta.url))
 let work: string
@@ -87,7 +88,6 @@ afterAll(async () => {
 })
 
 type Phase = 'before' | 'during' | 'after' | 'torn'
-type Fact = Record<string, string | number | boolean>
 
 async function run(dir: string, scenario: string, kill?: { step: number; phase: Phase }, filler?: string) {
   const config = JSON.stringify({ dir, baseUrl, scenario, kill, filler })
@@ -140,7 +140,7 @@ function killPoints(trace: Fact[]): { step: number; phase: Phase; label: string 
 }
 
 // What the store left must agree with what the child's caller was told; then resume() must send nothing that was
-// answered, discarded or reported as failed.
+// answered or discarded.
 async function check(dir: string, facts: Fact[], where: string) {
   const store = fileStore({ dir })
   const quarantined: unknown[] = []
@@ -148,43 +148,13 @@ async function check(dir: string, facts: Fact[], where: string) {
     if (event === 'quarantined') quarantined.push(payload)
   })
   const records = new Map<string, IntentRecord>((await store.list()).map((r) => [r.id, r]))
-  const keyOf = new Map(facts.filter((f) => f.key).map((f) => [String(f.ack ?? f.answered), String(f.key)]))
-  const done = (id: string) => facts.some((f) => f.answered === id || f.discarded === id)
-  for (const fact of facts) {
-    if (typeof fact.ack === 'string' && !done(fact.ack)) {
-      const record = records.get(fact.ack)
-      const final = answered.has(String(fact.key))
-      expect(record !== undefined || final, `${where}: acknowledged intent ${fact.ack} lost`).toBe(true)
-    }
-    if (typeof fact.answered === 'string') {
-      expect(records.get(fact.answered)?.state ?? 'absent', `${where}: answered ${fact.answered}`).not.toBe(
-        'pending',
-      )
-    }
-    if (typeof fact.discarded === 'string') {
-      expect(records.has(fact.discarded), `${where}: discarded ${fact.discarded} came back`).toBe(false)
-    }
-    if (typeof fact.rejected === 'string' && /Storage|Quota/.test(String(fact.name))) {
-      expect(records.has(fact.rejected), `${where}: failed write-ahead ${fact.rejected} came back`).toBe(
-        false,
-      )
-    }
-  }
+  expectPromisesKept(facts, records, answered, where)
   expect(quarantined, `${where}: quarantined`).toEqual([])
   const sentBefore = received.length
   const client = createClient({ baseUrl, store, resumeOnOnline: false, retry: { limit: 0 } })
   await client.resume()
   await client.close()
-  const resent = new Set(received.slice(sentBefore))
-  for (const fact of facts) {
-    const id = fact.answered ?? fact.discarded
-    if (typeof id === 'string') {
-      expect(
-        resent.has(keyOf.get(id) ?? id),
-        `${where}: ${id} was sent again after its answer or discard`,
-      ).toBe(false)
-    }
-  }
+  expectNothingResent(facts, new Set(received.slice(sentBefore)), where)
 }
 
 // Scenarios that start from an empty directory, and those that start from an intent left pending by a run that

@@ -21,10 +21,10 @@ import { build } from 'esbuild'
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Harness } from './fixtures/crash-page.js'
+import { expectNothingResent, expectPromisesKept, type Fact } from './support/promises.js'
 
 const hasChromium = requireChromium('indexedDbStore crash test')
 
-type Fact = Record<string, string | number | boolean>
 let server: Server
 let url: string
 let browser: Browser
@@ -125,30 +125,10 @@ async function check(context: BrowserContext, db: string, facts: Fact[], where: 
   const page = await context.newPage()
   await page.goto(url)
   const list = await page.evaluate((name) => (window as unknown as PageWindow).harness.records(name), db)
-  const records = new Map(list.map((r) => [r.id, r]))
-  const done = (id: string) => facts.some((f) => f.answered === id || f.discarded === id)
-  for (const fact of facts) {
-    if (typeof fact.ack === 'string' && !done(fact.ack)) {
-      const kept = records.has(fact.ack) || answered.has(String(fact.key))
-      expect(kept, `${where}: acknowledged intent ${fact.ack} lost`).toBe(true)
-    }
-    if (typeof fact.answered === 'string') {
-      expect(records.get(fact.answered)?.state ?? 'absent', `${where}: answered ${fact.answered}`).not.toBe(
-        'pending',
-      )
-    }
-    if (typeof fact.discarded === 'string') {
-      expect(records.has(fact.discarded), `${where}: discarded ${fact.discarded} came back`).toBe(false)
-    }
-  }
+  expectPromisesKept(facts, new Map(list.map((r) => [r.id, r])), answered, where)
   const sentBefore = received.length
   await page.evaluate((name) => (window as unknown as PageWindow).harness.resume(name), db)
-  const resent = new Set(received.slice(sentBefore))
-  for (const fact of facts) {
-    if ((fact.answered || fact.discarded) && fact.key) {
-      expect(resent.has(String(fact.key)), `${where}: sent again after its answer or discard`).toBe(false)
-    }
-  }
+  expectNothingResent(facts, new Set(received.slice(sentBefore)), where)
   await page.close()
 }
 
