@@ -8,26 +8,31 @@ export interface RetryOptions {
   /**
    * Retries after the first attempt (so at most `limit + 1` attempts per run).
    * @default 8
+   * @example 3
    */
   limit?: number
   /**
    * Base of the exponential backoff: retry n waits `random(0, min(maxDelayMs, minDelayMs * 2^n))` (full jitter).
    * @default 200
+   * @example 500
    */
   minDelayMs?: number
   /**
    * Ceiling of one backoff wait.
    * @default 30_000
+   * @example 10_000
    */
   maxDelayMs?: number
   /**
    * Total time one run may take, waits included; no retry is scheduled that would end later.
    * @default 120_000
+   * @example 30_000
    */
   maxElapsedMs?: number
   /**
    * Ceiling for a server's `Retry-After` (on 409, 429 and 503); a longer value waits this long instead.
    * @default 60_000
+   * @example 5_000
    */
   maxRetryAfterMs?: number
 }
@@ -35,67 +40,86 @@ export interface RetryOptions {
 /** Options of {@link createClient}. */
 export interface ClientOptions {
   /**
-   * Absolute URL that request paths are resolved against.
+   * Absolute URL that request paths are resolved against. Required.
+   * @default none: required
    * @example 'https://api.example.com'
    */
   baseUrl: string
   /**
    * Where intents are written before they are sent.
    * @default indexedDbStore() in browsers, memoryStore() elsewhere (with a console warning)
+   * @example fileStore({ dir: '.oncely' })
    */
   store?: IntentStore
   /**
    * Headers resolved for every attempt and never persisted: put credentials here.
+   * @default none
    * @example async () => ({ authorization: `Bearer ${await getToken()}` })
    */
   headers?: () => Record<string, string> | Promise<Record<string, string>>
-  /** The retry budget. */
+  /**
+   * The retry budget of one run (see {@link RetryOptions} for each field's default).
+   * @default { limit: 8, minDelayMs: 200, maxDelayMs: 30_000, maxElapsedMs: 120_000, maxRetryAfterMs: 60_000 }
+   * @example { limit: 3, maxElapsedMs: 30_000 }
+   */
   retry?: RetryOptions
   /**
    * Time after which one attempt is abandoned (and retried), in ms; `false` for none.
    * @default 30_000
+   * @example 10_000
    */
   timeoutMs?: number | false
   /**
    * Age after which an intent is never resent, because the server may have forgotten its key. Keep it below the
    * server's key retention.
    * @default 82_800_000 (23 hours)
+   * @example 3_600_000
    */
   intentTtlMs?: number
   /**
-   * How long a settled intent with an `intentId` keeps its outcome, so calling `request` again with the same
-   * `intentId` returns it instead of sending again. `0` forgets at once.
+   * How long a settled intent with an `intentId` keeps its outcome (status, headers other than `set-cookie` and the
+   * hop-by-hop ones, body text) in the store, so calling `request` again with the same `intentId` returns it
+   * (`source: 'store'`) instead of sending again. Older outcomes are deleted by the next `resume()`. `0` keeps
+   * nothing: an intent is deleted as soon as its answer arrives.
    * @default 600_000 (10 minutes)
+   * @example 0
    */
   settledTtlMs?: number
   /**
    * Calls `resume()` once right after creation, for intents left by a previous page or process.
    * @default false
+   * @example true
    */
   resumeOnStart?: boolean
   /**
    * How many intents `resume()` sends at once (each with its own retries); the rest wait their turn, oldest first,
    * so a backlog left by an outage does not hit the server as one burst.
    * @default 4
+   * @example 1
    */
   resumeConcurrency?: number
   /**
    * In browsers, calls `resume()` on the `online` event and when the page becomes visible. Removed by `close()`.
    * @default true
+   * @example false
    */
   resumeOnOnline?: boolean
   /**
    * The `fetch` to send with.
    * @default globalThis.fetch, read at call time
+   * @example (input, init) => fetch(input, { ...init, keepalive: true })
    */
   fetch?: typeof fetch
   /**
    * Clock and timers; the defaults read the globals at call time, so fake timers work.
+   * @default { now: () => Date.now(), setTimeout, clearTimeout } of globalThis, read at call time
+   * @example { now: () => clock.now(), setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout }
    */
   timers?: Timers
   /**
    * Source of randomness in [0, 1) for the backoff jitter.
    * @default Math.random
+   * @example () => 0.5
    */
   random?: () => number
 }

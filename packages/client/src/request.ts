@@ -17,28 +17,33 @@ export interface RequestOptions {
    */
   method?: string
   /**
-   * Path (or absolute URL) resolved against `baseUrl`.
+   * Path (or absolute URL) resolved against `baseUrl`. Required.
+   * @default none: required
    * @example '/v1/payments'
    */
   path: string
   /**
    * Query parameters appended to the URL.
+   * @default none
    * @example { expand: 'customer' }
    */
   searchParams?: Record<string, string> | URLSearchParams
   /**
    * A JSON body (sent as `application/json`).
+   * @default none
    * @example { amount: 100, currency: 'eur' }
    */
   json?: unknown
   /**
    * A raw body: string, URLSearchParams, ArrayBuffer, typed array, or FormData without files.
+   * @default none
    * @example new URLSearchParams({ amount: '100' })
    */
   body?: RequestBody
   /**
    * Headers of this request. Persisted with the intent, except `authorization`, `cookie` and
    * `proxy-authorization`, which are used for this call only (give credentials to `createClient({ headers })`).
+   * @default none
    * @example { 'x-request-source': 'checkout' }
    */
   headers?: Record<string, string>
@@ -46,10 +51,15 @@ export interface RequestOptions {
    * A business fact naming the intent, such as `checkout:cart_42`. The key is derived from it and the target, so
    * the same fact always gives the same key; a second call while it is pending joins it, and after it settled
    * returns the recorded outcome (for `settledTtlMs`, with `source: 'store'`).
+   * @default none: a one-off intent with a random key
    * @example 'checkout:cart_42'
    */
   intentId?: string
-  /** Cancels the waits and the request in flight; the intent stays pending (see `client.discard`). */
+  /**
+   * Cancels the waits and the request in flight; the intent stays pending (see `client.discard`).
+   * @default none
+   * @example AbortSignal.timeout(10_000)
+   */
   signal?: AbortSignal
 }
 

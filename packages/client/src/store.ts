@@ -31,6 +31,7 @@ export interface WriteOptions {
    * it, and a crash must leave the previous or the new record, never a torn one. The client passes `false` for
    * every write after the write-ahead one.
    * @default true
+   * @example false
    */
   durable?: boolean
 }

@@ -138,6 +138,17 @@ describe('fileStore', () => {
   })
 })
 
+describe('store options', () => {
+  it('name every bad option of a store in one TypeError', () => {
+    expect(() => fileStore({ dir: '', leaseMs: -1 })).toThrow(
+      /fileStore: 2 invalid options.*`dir`.*`leaseMs`/,
+    )
+    expect(() => asyncStorageStore({} as never, { prefix: 1 as never })).toThrow(
+      /asyncStorageStore: 4 invalid options.*`storage.getItem`.*`prefix`/,
+    )
+  })
+})
+
 describe('asyncStorageStore', () => {
   // Regression: it ignored `{ durable: false }` and rewrote the index for every attempt counter, outcome and
   // delete after an answer, three storage calls where one does.

@@ -1,6 +1,7 @@
 import { StorageError } from '../errors/storage-error.js'
 import { type IntentRecord, isIntentRecord } from '../intent.js'
 import type { IntentStore, StoreEventSink } from '../store.js'
+import { OptionChecks } from '../validate.js'
 
 /** The subset of `@react-native-async-storage/async-storage` this store uses (so there is no dependency on it). */
 export interface AsyncStorageLike {
@@ -14,6 +15,7 @@ export interface AsyncStorageStoreOptions {
   /**
    * Prefix of every key this store writes.
    * @default 'oncely:'
+   * @example 'payments:'
    */
   prefix?: string
 }
@@ -35,11 +37,16 @@ export function asyncStorageStore(
   storage: AsyncStorageLike,
   options: AsyncStorageStoreOptions = {},
 ): IntentStore {
+  const checks = new OptionChecks('asyncStorageStore', options)
   for (const method of ['getItem', 'setItem', 'removeItem'] as const) {
     if (typeof storage?.[method] !== 'function') {
-      throw new TypeError(`Expected \`storage.${method}\` to be a function (pass AsyncStorage)`)
+      checks.problem(`Expected \`storage.${method}\` to be a function (pass AsyncStorage)`)
     }
   }
+  if (options.prefix !== undefined && typeof options.prefix !== 'string') {
+    checks.problem(`Expected \`prefix\` to be a string, got ${String(options.prefix)}`)
+  }
+  checks.done()
   const prefix = options.prefix ?? 'oncely:'
   const indexKey = `${prefix}index`
   const itemKey = (id: string) => `${prefix}intent:${id}`

@@ -16,7 +16,8 @@ import { SlotPool } from './file/slots.js'
 export interface FileStoreOptions {
   /**
    * Directory holding the intents (created if missing). Processes sharing it share their intents; it must be on a
-   * local file system of this machine.
+   * local file system of this machine. Required.
+   * @default none: required
    * @example '.oncely'
    */
   dir: string

@@ -239,6 +239,12 @@ describe('indexedDbStore in Chromium', () => {
     }
   })
 
+  it('names every bad option in one TypeError', () => {
+    expect(() => indexedDbStore({ durability: 'fast' as never, fallback: 'nope' as never })).toThrow(
+      /indexedDbStore: 2 invalid options.*`durability`.*`fallback`/,
+    )
+  })
+
   it('falls back to memory with an event when IndexedDB cannot be opened, or fails closed when asked', async () => {
     vi.spyOn(indexedDB, 'open').mockImplementation(() => {
       throw new DOMException(
