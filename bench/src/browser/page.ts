@@ -68,6 +68,7 @@ const senders: Record<BrowserSender, () => Promise<unknown>> = {
 
 /** Sends `count` mutations one at a time with `sender` and returns each one's latency in milliseconds. */
 async function timed(sender: BrowserSender, count: number): Promise<number[]> {
+  if (!crossOriginIsolated) throw new Error('the bench page must be cross-origin isolated (precise timers)')
   if (sender.startsWith('indexedDbStore') && !clients.has(sender))
     clients.set(sender, client(sender === 'indexedDbStore strict' ? 'strict' : 'relaxed', `bench-${sender}`))
   const send = senders[sender]

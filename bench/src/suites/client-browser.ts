@@ -43,10 +43,18 @@ async function serve(script: string): Promise<{ server: Server; url: string }> {
         response.writeHead(201, { 'content-type': 'application/json' })
         response.end('{"id":"1","account":"acct-42","amount":1250}')
       } else if (request.url === '/app.js') {
-        response.writeHead(200, { 'content-type': 'text/javascript' })
+        response.writeHead(200, {
+          'content-type': 'text/javascript',
+          'cross-origin-resource-policy': 'same-origin',
+        })
         response.end(script)
       } else {
-        response.writeHead(200, { 'content-type': 'text/html' })
+        // Cross-origin isolated, so the page's performance.now() has a resolution of 5 µs instead of 100 µs.
+        response.writeHead(200, {
+          'content-type': 'text/html',
+          'cross-origin-opener-policy': 'same-origin',
+          'cross-origin-embedder-policy': 'require-corp',
+        })
         response.end('<!doctype html><title>oncely bench</title><script src="/app.js"></script>')
       }
     })

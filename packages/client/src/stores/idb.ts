@@ -89,6 +89,8 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
   checks.done()
   let sink: StoreEventSink | undefined
   let dbp: Promise<IDBDatabase> | undefined
+  // The connection once open, so that a write needs no promise hop to reach it.
+  let opened: IDBDatabase | undefined
   let fallback: IntentStore | undefined
   const sections = new Map<string, Section>()
   const tab = new TabOwner(name)
@@ -103,16 +105,20 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
     }
     const opening = settled(request)
     dbp = opening
+    const forget = () => {
+      if (dbp !== opening) return
+      dbp = undefined
+      opened = undefined
+    }
     opening.then(
       (db) => {
+        if (dbp === opening) opened = db
         // Forget a connection the browser closed, so the next call reopens it.
-        db.onclose = () => {
-          if (dbp === opening) dbp = undefined
-        }
+        db.onclose = forget
         // Let a newer version (another tab upgrading) proceed; we reopen on next use.
         db.onversionchange = () => {
           db.close()
-          if (dbp === opening) dbp = undefined
+          forget()
         }
       },
       () => {
@@ -135,17 +141,16 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
   // soon as it is committed: the browser completes a committed transaction even when the page closes right after
   // (a browser crash or power loss may lose it, and the durable write-ahead record it replaces is then resent
   // with the same key). Writes commit in order, so a reader never sees an older version after a newer one.
-  const write = (options: WriteOptions | undefined, op: (store: IDBObjectStore) => void): Promise<void> =>
-    open().then((db) => {
-      const durable = options?.durable !== false
-      const tx = db.transaction(INTENTS, 'readwrite', { durability: durable ? durability : 'relaxed' })
-      const done = completed(tx)
-      op(tx.objectStore(INTENTS))
-      tx.commit?.()
-      if (durable) return done
-      done.catch(() => {}) // lost relaxed writes leave the previous, durable version
-      return undefined
-    })
+  const write = async (options: WriteOptions | undefined, op: (store: IDBObjectStore) => void): Promise<void> => {
+    const db = opened ?? (await open())
+    const durable = options?.durable !== false
+    const tx = db.transaction(INTENTS, 'readwrite', { durability: durable ? durability : 'relaxed' })
+    const done = completed(tx)
+    op(tx.objectStore(INTENTS))
+    tx.commit?.()
+    if (durable) return done
+    done.catch(() => {}) // lost relaxed writes leave the previous, durable version
+  }
 
   // Runs `op` on IndexedDB, or on the memory fallback once IndexedDB proved unusable.
   const run = async <T>(op: () => Promise<T>, onFallback: (store: IntentStore) => Promise<T>): Promise<T> => {
@@ -153,7 +158,7 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
     try {
       if (typeof indexedDB === 'undefined')
         throw new StorageError('IndexedDB is not available in this environment')
-      await open()
+      if (!opened) await open()
     } catch (error) {
       if (fallbackMode === 'fail') {
         throw error instanceof StorageError
@@ -302,6 +307,7 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
       tab.close()
       const opening = dbp
       dbp = undefined
+      opened = undefined
       if (opening) (await opening.catch(() => undefined))?.close()
     },
   }
