@@ -141,7 +141,10 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
   // soon as it is committed: the browser completes a committed transaction even when the page closes right after
   // (a browser crash or power loss may lose it, and the durable write-ahead record it replaces is then resent
   // with the same key). Writes commit in order, so a reader never sees an older version after a newer one.
-  const write = async (options: WriteOptions | undefined, op: (store: IDBObjectStore) => void): Promise<void> => {
+  const write = async (
+    options: WriteOptions | undefined,
+    op: (store: IDBObjectStore) => void,
+  ): Promise<void> => {
     const db = opened ?? (await open())
     const durable = options?.durable !== false
     const tx = db.transaction(INTENTS, 'readwrite', { durability: durable ? durability : 'relaxed' })
