@@ -82,7 +82,8 @@ export function evaluateTargets(report: BenchReport): Target[] {
   }
   // A durable store is held to its floor (the bare durable write it cannot beat, measured in the same rounds) plus
   // OVER_FLOOR_MS; fileStore also to 1 ms outright, and memoryStore (no floor) to 1 ms.
-  for (const summary of client.filter((c) => c.store !== 'ky' && c.store !== 'fetch')) {
+  const references = new Set(['ky', 'fetch', 'IndexedDB put strict, then fetch'])
+  for (const summary of client.filter((c) => !references.has(c.store))) {
     const name = `client write-ahead added p50, ${summary.store} (${summary.runtime})`
     const added = `${summary.addedP50Ms.toFixed(3)} ms`
     const floor = summary.floor

@@ -10,6 +10,7 @@ export type BrowserSender =
   | 'indexedDbStore strict'
   | 'IndexedDB put relaxed'
   | 'IndexedDB put strict'
+  | 'IndexedDB put strict, then fetch'
 
 const body = LEDGER_BODY
 const clients = new Map<BrowserSender, OncelyClient>()
@@ -64,6 +65,13 @@ const senders: Record<BrowserSender, () => Promise<unknown>> = {
     clients.get('indexedDbStore strict')!.request({ path: '/ledger', json: body }),
   'IndexedDB put relaxed': () => bareput('relaxed'),
   'IndexedDB put strict': () => bareput('strict'),
+  // A mutation made by hand with nothing but its durable write: the bare put, then the baseline's POST. Compared
+  // to the baseline, what one durable write costs at the rhythm of mutations (a network round trip between puts)
+  // rather than back to back.
+  'IndexedDB put strict, then fetch': async () => {
+    await bareput('strict')
+    return senders.fetch()
+  },
 }
 
 /** Sends `count` mutations one at a time with `sender` and returns each one's latency in milliseconds. */

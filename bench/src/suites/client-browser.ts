@@ -21,6 +21,7 @@ const SENDERS: BrowserSender[] = [
   'indexedDbStore strict',
   'IndexedDB put relaxed',
   'IndexedDB put strict',
+  'IndexedDB put strict, then fetch',
 ]
 
 async function bundle(): Promise<string> {
@@ -119,7 +120,7 @@ export async function browserClientBench(options: {
     return {
       client: summarize(
         rounds,
-        ['fetch', 'indexedDbStore relaxed', 'indexedDbStore strict'],
+        ['fetch', 'indexedDbStore relaxed', 'indexedDbStore strict', 'IndexedDB put strict, then fetch'],
         'fetch',
         'chromium',
       ),
