@@ -284,3 +284,47 @@ it('wraps a failing readdir in list() as a StorageError', async () => {
   }
   await expect(store.list()).rejects.toBeInstanceOf(StorageError)
 })
+
+it("loses the claim on an intent a store created when the store's owner file can no longer be renewed", async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const events: StoreEvents['claim-lost'][] = []
+  store.attach?.((event, payload) => {
+    if (event === 'claim-lost') events.push(payload as StoreEvents['claim-lost'])
+  })
+  const release = deferred()
+  const started = deferred()
+  const record = {
+    format: 1 as const,
+    id: 'k1',
+    key: 'k1',
+    method: 'POST',
+    url: 'http://api.test/pay',
+    headers: {},
+    createdAt: 1,
+    expiresAt: Date.now() + 60_000,
+    attempts: 1,
+    version: 1,
+    state: 'pending' as const,
+  }
+  const held = store.create!(record, async () => {
+    started.resolve()
+    await release.promise
+    return 'done'
+  })
+  held.catch(() => {})
+  await started.promise
+  hooks.rename = (_from, to) => {
+    if (to.endsWith('.owner'))
+      throw Object.assign(new Error('EROFS: read-only file system'), { code: 'EROFS' })
+  }
+  vi.advanceTimersByTime(leaseMs / 3) // the owner file's renewal starts now and fails
+  await vi.waitFor(() => expect(events).toHaveLength(1))
+  expect(events[0]).toMatchObject({ store: 'file', id: 'k1' })
+  expect(events[0]!.reason).toMatch(/owner file/)
+  release.resolve()
+  await expect(held).rejects.toBeInstanceOf(StorageError)
+  hooks.rename = undefined
+  await store.close?.()
+})
