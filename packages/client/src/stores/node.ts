@@ -71,7 +71,7 @@ interface Section {
  * the last one without a flush, each chained to the one before by a digest, so a torn, stale or foreign version is
  * never read: a crash of the process loses nothing that was written, and a power loss may only lose versions after
  * the write-ahead one, which `resume()` then resends with the same key for the server to replay. Deleting an intent
- * empties its first header in place (or removes its own file); `discard` also flushes that.
+ * overwrites its chain with zeros in place (or removes its own file); `discard` also flushes that.
  *
  * A new intent is claimed by the store that creates it (see {@link FileOwner}), so it needs no lock before its
  * first byte; any other intent is driven under a lock file per intent. Unreadable intent files are moved to
@@ -279,7 +279,13 @@ export function fileStore(options: FileStoreOptions): IntentStore {
     if (!handle) return
     try {
       writeAt(handle, emptied(owner.token, file.chain?.end), file.place.cell!)
-      if (durable) await handle.datasync().catch((error: unknown) => Promise.reject(fsError(error)))
+      if (durable) {
+        try {
+          await handle.datasync()
+        } catch (error) {
+          throw fsError(error)
+        }
+      }
     } finally {
       if (!file.shared) await handle.close().catch(() => {})
     }
@@ -384,12 +390,8 @@ export function fileStore(options: FileStoreOptions): IntentStore {
           return
         }
         const cellsOwner = CellPool.ownerOf(name)
-        if (cellsOwner && cellsOwner !== owner.token) {
-          for (const record of await listCells(path, await alive(cellsOwner))) keep(record)
-          return
-        }
         if (cellsOwner) {
-          for (const record of await listCells(path, true)) keep(record)
+          for (const record of await listCells(path, await alive(cellsOwner))) keep(record)
           return
         }
         const slotOwner = SlotPool.ownerOf(name)
