@@ -104,7 +104,17 @@ export function markdown(report: BenchReport): string {
   if (report.client.length > 0) {
     parts.push(
       `\n**client, per mutation**\n\n${table(
-        ['runtime', 'store', 'p50 ms', 'p99 ms', 'added p50 ms vs baseline', 'added p99 ms vs baseline'],
+        [
+          'runtime',
+          'store',
+          'p50 ms',
+          'p99 ms',
+          'added p50 ms vs baseline',
+          'added p99 ms vs baseline',
+          'floor',
+          'floor p50 ms',
+          'added p50 / floor p50',
+        ],
         report.client.map((c) => [
           c.runtime,
           c.store,
@@ -112,6 +122,9 @@ export function markdown(report: BenchReport): string {
           ms(c.p99Ms),
           ms(c.addedP50Ms),
           ms(c.addedP99Ms),
+          c.floor?.name ?? '',
+          c.floor ? ms(c.floor.p50Ms) : '',
+          c.floor ? `${(c.addedP50Ms / c.floor.p50Ms).toFixed(2)}x` : '',
         ]),
       )}`,
     )
@@ -209,6 +222,14 @@ export function summary(report: BenchReport): unknown {
       store: c.store,
       addedP50Ms: round(c.addedP50Ms),
       addedP99Ms: round(c.addedP99Ms),
+      ...(c.floor
+        ? {
+            floor: c.floor.name,
+            floorP50Ms: round(c.floor.p50Ms),
+            floorP99Ms: round(c.floor.p99Ms),
+            addedP50OverFloor: round(c.addedP50Ms / c.floor.p50Ms, 2),
+          }
+        : {}),
     })),
     reaper: report.reaper && { ...report.reaper, rowsPerSecond: round(report.reaper.rowsPerSecond, 0) },
     resume: report.resume.map((r) => ({ ...r, seconds: round(r.seconds) })),

@@ -2,6 +2,8 @@ import { defineConfig, type Options } from 'tsup'
 
 const entry = {
   index: 'src/index.ts',
+  // The main entry as browsers resolve it (the `browser` export condition): createClient defaults to IndexedDB.
+  'index.browser': 'src/index.browser.ts',
   idb: 'src/stores/idb.ts',
   node: 'src/stores/node.ts',
   'react-native': 'src/stores/async-storage.ts',
@@ -18,12 +20,12 @@ const common: Options = {
 
 export default defineConfig([
   { ...common, format: ['esm'], platform: 'neutral' },
-  // p-retry, is-network-error, uuid and idb-keyval ship ESM only; bundling them into the CJS build lets
+  // p-retry, is-network-error and uuid ship ESM only; bundling them into the CJS build lets
   // require('@oncely/client') work.
   {
     ...common,
     format: ['cjs'],
     platform: 'neutral',
-    noExternal: ['@oncely/protocol', 'p-retry', 'uuid', 'is-network-error', 'idb-keyval'],
+    noExternal: ['@oncely/protocol', 'p-retry', 'uuid', 'is-network-error'],
   },
 ])

@@ -7,10 +7,11 @@ import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { createClient, type IntentRecord, type IntentStore, memoryStore } from '@oncely/client'
+import { createClient, type IntentStore, memoryStore } from '@oncely/client'
 import { fileStore } from '@oncely/client/node'
 import { createEngine, migrate, postgresStore } from '@oncely/server'
 import type pg from 'pg'
+import { ledgerIntent } from '../intent.js'
 import { ONCELY_SCHEMA } from '../server/oncely.js'
 
 const TABLE = `${ONCELY_SCHEMA}.idempotency_keys`
@@ -106,25 +107,7 @@ export async function resumeTime(intents: number): Promise<ResumeResult[]> {
       ['fileStore', fileStore({ dir })],
     ]
     for (const [name, store] of stores) {
-      const now = Date.now()
-      for (let i = 0; i < intents; i++) {
-        const key = randomUUID()
-        const record: IntentRecord = {
-          format: 1,
-          id: key,
-          key,
-          method: 'POST',
-          url: `${url}/ledger`,
-          body: { encoding: 'utf8', data: '{"account":"acct-42","amount":1250}' },
-          headers: { 'content-type': 'application/json' },
-          createdAt: now,
-          expiresAt: now + 3_600_000,
-          attempts: 0,
-          version: 1,
-          state: 'pending',
-        }
-        await store.set(record)
-      }
+      for (let i = 0; i < intents; i++) await store.set(ledgerIntent(url, 0))
       const client = createClient({ baseUrl: url, store, resumeOnStart: false, resumeOnOnline: false })
       const started = performance.now()
       const outcomes = await client.resume()

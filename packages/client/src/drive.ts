@@ -8,8 +8,8 @@ import { IntentExpiredError } from './errors/intent-expired-error.js'
 import { isNetworkError } from './errors/network-error.js'
 import { RetryExhaustedError } from './errors/retry-exhausted-error.js'
 import type { ClientEvents } from './events.js'
-import type { IntentRecord, StoredResponse } from './intent.js'
-import { httpErrorFor, isReplayed, type OncelyResponse, parseData, storableResponse } from './response.js'
+import type { IntentRecord, RecordedResponse } from './intent.js'
+import { httpErrorFor, isReplayed, type OncelyResponse, parseData, recordedResponse } from './response.js'
 import { type RawResponse, sendAttempt } from './send.js'
 import type { IntentStore } from './store.js'
 import { sleep, type Timers } from './timers.js'
@@ -34,11 +34,6 @@ export interface DriveOptions {
    * that attempt is sent without another write (one store write before the first byte, not two).
    */
   counted?: boolean
-  /**
-   * Receives store work the caller need not wait for (the delete of a settled one-off intent); without it that
-   * work is awaited. Losing such work only leaves a record that `resume()` resends with the same key and bytes.
-   */
-  defer?: (work: Promise<unknown>) => void
 }
 
 /**
@@ -60,7 +55,7 @@ export async function drive(
   let counted = options.counted === true
   const save = async (patch: Partial<IntentRecord>): Promise<void> => {
     const next = { ...record, ...patch, version: record.version + 1 }
-    // Not flushed: if lost in a crash, the durable write-ahead record is resent with the same key and replayed.
+    // Not flushed: if a power loss loses it, the durable write-ahead record is resent with the same key and replayed.
     await ctx.store.set(next, { durable: false })
     record = next
   }
@@ -152,7 +147,7 @@ export async function drive(
         },
       },
     )
-    return await settle(ctx, record, save, raw, options.defer)
+    return await settle(ctx, record, save, raw)
   } catch (thrown) {
     const error = stop ? stop.error : thrown
     if (signal?.aborted && error === signal.reason) throw error // aborted: the intent stays pending
@@ -163,7 +158,7 @@ export async function drive(
     }
     if (isHTTPError(error) && lastResponse) {
       // A final answer: resending cannot help.
-      await fail(ctx, record, save, error, lastResponse, options.defer)
+      await fail(ctx, record, save, error, lastResponse)
     } else {
       // The store, the `headers` option or the runtime failed: keep the intent, so no acknowledged work is lost.
       ctx.events.emit('failed', { id: record.id, key: record.key, error: asError(error), pending: true })
@@ -177,23 +172,25 @@ async function settle(
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
   raw: RawResponse,
-  defer: DriveOptions['defer'],
 ): Promise<OncelyResponse> {
+  const replayed = isReplayed(raw.headers)
   const response: OncelyResponse = {
     status: raw.status,
     headers: raw.headers,
     data: parseData(raw.text, raw.headers),
     key: record.key,
     intentId: record.id,
-    replayed: isReplayed(raw.headers),
+    replayed,
+    source: replayed ? 'replay' : 'network',
     attempts: record.attempts,
   }
-  await finish(ctx, record, save, defer, 'settled', storableResponse(raw.status, raw.headers, raw.text))
+  await finish(ctx, record, save, 'settled', recordedResponse(raw.status, raw.headers, raw.text))
   ctx.events.emit('settled', {
     id: record.id,
     key: record.key,
     status: raw.status,
-    replayed: response.replayed,
+    replayed,
+    source: response.source as 'network' | 'replay',
     attempts: record.attempts,
   })
   return response
@@ -205,37 +202,39 @@ async function fail(
   save: (patch: Partial<IntentRecord>) => Promise<void>,
   error: HTTPError,
   raw: RawResponse,
-  defer: DriveOptions['defer'],
 ): Promise<void> {
-  const outcome = storableResponse(raw.status, raw.headers, raw.text)
-  await finish(ctx, record, save, defer, 'failed', outcome, summarize(error))
+  const outcome = recordedResponse(raw.status, raw.headers, raw.text)
+  await finish(ctx, record, save, 'failed', outcome, summarize(error))
   ctx.events.emit('failed', { id: record.id, key: record.key, error, pending: false })
 }
 
 // One-off intents (id === key) cannot be asked for again, so they are deleted; named intents keep their outcome
-// for settledTtlMs so a repeated call with the same intentId gets it without sending. The delete need not be
-// awaited: if it is lost, resume() resends the intent with the same key and bytes and the server replays.
+// for settledTtlMs so a repeated call with the same intentId gets it without sending. Either write is done before
+// the answer is given, so once a caller has its answer no crash of this process brings the intent back; neither
+// is flushed, so a power loss may (resume() then resends it with the same key and bytes, and the server replays).
 async function finish(
   ctx: DriveContext,
   record: IntentRecord,
   save: (patch: Partial<IntentRecord>) => Promise<void>,
-  defer: DriveOptions['defer'],
   state: 'settled' | 'failed',
-  outcome: StoredResponse,
+  outcome: RecordedResponse,
   lastError?: IntentRecord['lastError'],
 ): Promise<void> {
-  if (record.id === record.key || ctx.settledTtlMs === 0) {
-    const deleting = ctx.store.delete(record.id, { durable: false })
-    if (defer) defer(deleting)
-    else await deleting
-    return
+  try {
+    if (record.id === record.key || ctx.settledTtlMs === 0) {
+      await ctx.store.delete(record.id, { durable: false })
+      return
+    }
+    await save({
+      state,
+      outcome,
+      keepUntil: ctx.timers.now() + ctx.settledTtlMs,
+      ...(lastError ? { lastError } : {}),
+    })
+  } catch {
+    // The answer stands: the server gave it. The intent stays pending in the store, and resume() resends it with
+    // the same key and bytes for the server to replay.
   }
-  await save({
-    state,
-    outcome,
-    keepUntil: ctx.timers.now() + ctx.settledTtlMs,
-    ...(lastError ? { lastError } : {}),
-  })
 }
 
 /** Marks the intent expired (kept for reconciliation) and returns the error to throw. */

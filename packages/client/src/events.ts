@@ -1,4 +1,4 @@
-import type { ResumeOutcome } from './client.js'
+import type { ResumeOutcome } from './resume.js'
 import type { StoreEvents } from './store.js'
 
 /** An intent that `resume()` brought to an outcome, with its target (see the `resumed` event). */
@@ -23,8 +23,15 @@ export interface ClientEvents extends StoreEvents {
     reason: string
     error: Error
   }
-  /** The intent completed with a 2xx/3xx response. */
-  settled: { id: string; key: string; status: number; replayed: boolean; attempts: number }
+  /** The intent completed with a 2xx/3xx response; `source` says whether the server executed it or replayed it. */
+  settled: {
+    id: string
+    key: string
+    status: number
+    replayed: boolean
+    source: 'network' | 'replay'
+    attempts: number
+  }
   /** A run ended with an error. `pending` is true when the intent stays pending (retry budget exhausted). */
   failed: { id: string; key: string; error: Error; pending: boolean }
   /**

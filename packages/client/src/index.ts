@@ -1,6 +1,6 @@
 export type { RequestBody } from './body.js'
-export type { OncelyClient, RequestOptions, ResumeOutcome } from './client.js'
-export { createClient } from './client.js'
+export type { OncelyClient } from './client.js'
+export { createClient } from './create-client.js'
 export { HTTPError, isHTTPError } from './errors/http-error.js'
 export {
   IdempotencyKeyReusedError,
@@ -13,10 +13,12 @@ export { isQuotaExceededError, QuotaExceededError } from './errors/quota-exceede
 export { isRetryExhaustedError, RetryExhaustedError } from './errors/retry-exhausted-error.js'
 export { isStorageError, StorageError } from './errors/storage-error.js'
 export type { ClientEvents, ResumedIntent } from './events.js'
-export type { IntentRecord, PendingIntent, StoredResponse } from './intent.js'
+export type { IntentRecord, PendingIntent, RecordedResponse } from './intent.js'
 export { isIntentRecord } from './intent.js'
 export type { ClientOptions, RetryOptions } from './options.js'
-export type { OncelyResponse } from './response.js'
+export type { RequestOptions } from './request.js'
+export type { OncelyResponse, ResponseSource } from './response.js'
+export type { ResumeOutcome } from './resume.js'
 export type { ExclusiveResult, IntentStore, StoreEventSink, StoreEvents, WriteOptions } from './store.js'
 export { memoryStore } from './stores/memory.js'
 export type { Timers } from './timers.js'

@@ -27,17 +27,21 @@ export interface IntentRecord {
   /** The last attempt's error, for `pending()` and reconciliation. */
   lastError?: { name: string; message: string; status?: number }
   /** The final response, kept while `state` is `settled` or `failed`. */
-  outcome?: StoredResponse
+  outcome?: RecordedResponse
   /** Until when a settled outcome is returned for the same `intentId` (ms since the epoch). */
   keepUntil?: number
 }
 
-/** A response as stored for a settled intent. */
-export interface StoredResponse {
+/**
+ * The final response of an intent as its record keeps it (for `settledTtlMs`, when it has an `intentId`): the
+ * status, the headers other than `set-cookie` and the hop-by-hop ones, and the body text.
+ */
+export interface RecordedResponse {
   status: number
   headers: Record<string, string>
   /** Response body text. */
   text: string
+  /** Whether the server answered it as a replay of its stored response. */
   replayed: boolean
 }
 

@@ -1,7 +1,10 @@
 import { IDEMPOTENT_REPLAYED_HEADER, isProblemDetails } from '@oncely/protocol'
 import { HTTPError } from './errors/http-error.js'
 import { IdempotencyKeyReusedError } from './errors/idempotency-key-reused-error.js'
-import type { StoredResponse } from './intent.js'
+import type { RecordedResponse } from './intent.js'
+
+/** Where an answer came from: see {@link OncelyResponse.source}. */
+export type ResponseSource = 'network' | 'replay' | 'store'
 
 /** What `client.request` resolves with. */
 export interface OncelyResponse<T = unknown> {
@@ -15,8 +18,18 @@ export interface OncelyResponse<T = unknown> {
   key: string
   /** The intent's id (`intentId`, or the key for one-off requests). */
   intentId: string
-  /** True when the server said this is a stored response (`Idempotent-Replayed: true`). */
+  /**
+   * True when the server said this is its stored response (`Idempotent-Replayed: true`). For an answer from the
+   * local store (`source: 'store'`), whether the server had said so when it first answered.
+   */
   replayed: boolean
+  /**
+   * Where this answer came from: `'network'`, the server executed the request for this call (or for a run this
+   * call joined); `'replay'`, the server answered with the stored response of an earlier execution of the same
+   * key (`Idempotent-Replayed: true`); `'store'`, nothing was sent: a settled intent with the same `intentId`
+   * answered from the local store, within `settledTtlMs`.
+   */
+  source: ResponseSource
   /** Attempts made for this intent, over every run and process. */
   attempts: number
 }
@@ -34,11 +47,35 @@ export function parseData(text: string, headers: Headers): unknown {
   return text
 }
 
-/** Copies response headers for storage, without `set-cookie`, which must never be replayed. */
-export function storableResponse(status: number, headers: Headers, text: string): StoredResponse {
+// Headers that describe one connection rather than the response (RFC 9110, section 7.6.1), so they mean nothing
+// once stored, and `set-cookie`, which must never be replayed.
+const UNSTORED = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'set-cookie',
+])
+
+/**
+ * The response as an intent's record keeps it: its headers without `set-cookie`, the hop-by-hop headers, and any
+ * header the `connection` header names.
+ */
+export function recordedResponse(status: number, headers: Headers, text: string): RecordedResponse {
+  const perConnection = new Set(
+    (headers.get('connection') ?? '')
+      .split(',')
+      .map((name) => name.trim().toLowerCase())
+      .filter(Boolean),
+  )
   const out: Record<string, string> = {}
   headers.forEach((value, name) => {
-    if (name !== 'set-cookie') out[name] = value
+    if (!UNSTORED.has(name) && !perConnection.has(name)) out[name] = value
   })
   return { status, headers: out, text, replayed: isReplayed(headers) }
 }

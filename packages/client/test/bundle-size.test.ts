@@ -3,25 +3,50 @@ import { build } from 'esbuild'
 import { expect, it } from 'vitest'
 
 const BUDGET = 12 * 1024
+const root = new URL('..', import.meta.url).pathname
 
-it('the browser entry (index + IndexedDB store) with its dependencies is at most 12 KB minified and gzipped', async () => {
+async function bundle(contents: string, platform: 'browser' | 'node' | 'neutral') {
   const result = await build({
-    stdin: {
-      contents: "export * from './src/index.ts'\nexport { indexedDbStore } from './src/stores/idb.ts'",
-      resolveDir: new URL('..', import.meta.url).pathname,
-      loader: 'ts',
-    },
+    stdin: { contents, resolveDir: root, loader: 'ts' },
     bundle: true,
     minify: true,
     format: 'esm',
-    platform: 'browser',
+    platform,
     target: 'es2022',
     conditions: ['@oncely/source'],
+    external: ['node:*'],
     write: false,
+    metafile: true,
     logLevel: 'silent',
   })
-  const code = result.outputFiles[0]!.contents
+  return { code: result.outputFiles[0]!.contents, inputs: Object.keys(result.metafile.inputs) }
+}
+
+it('the browser entry (index + IndexedDB store) with its dependencies is at most 12 KB minified and gzipped', async () => {
+  const { code } = await bundle(
+    "export * from './src/index.browser.ts'\nexport { indexedDbStore } from './src/stores/idb.ts'",
+    'browser',
+  )
   const gzipped = gzipSync(code, { level: 9 }).length
   console.log(`browser bundle: ${code.length} bytes minified, ${gzipped} bytes gzipped (budget ${BUDGET})`)
   expect(gzipped).toBeLessThanOrEqual(BUDGET)
+})
+
+// Regression: the main entry imported the IndexedDB store through its default-store module, so every Node and
+// React Native bundle carried it.
+it.each([
+  ['the main entry', "export * from './src/index.ts'", 'node'],
+  [
+    'the main entry with fileStore',
+    "export * from './src/index.ts'\nexport * from './src/stores/node.ts'",
+    'node',
+  ],
+  [
+    'the main entry with asyncStorageStore',
+    "export * from './src/index.ts'\nexport * from './src/stores/async-storage.ts'",
+    'neutral',
+  ],
+] as const)('%s outside browsers does not include the IndexedDB store', async (_, contents, platform) => {
+  const { inputs } = await bundle(contents, platform)
+  expect(inputs.filter((input) => /idb|indexeddb/i.test(input))).toEqual([])
 })

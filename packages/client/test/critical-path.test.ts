@@ -124,7 +124,9 @@ it('counts every later attempt with its own write before sending it', async () =
   ])
 })
 
-it('answers before the delete of a settled one-off intent completes, and close() waits for it', async () => {
+// Regression: the delete of a settled one-off intent used to finish after request() resolved, so a process killed
+// right after its caller had the answer brought the intent back as pending on restart.
+it('answers only once the settled one-off intent is deleted, so no crash after the answer brings it back', async () => {
   let openGate!: () => void
   const gateDelete = new Promise<void>((resolve) => {
     openGate = resolve
@@ -132,18 +134,49 @@ it('answers before the delete of a settled one-off intent completes, and close()
   const { store, log } = recordingStore({ gateDelete })
   const { fetch } = recordingFetch(log)
   const client = createClient({ baseUrl: BASE, store, fetch, resumeOnOnline: false })
-  const res = await client.request({ path: '/v1/payments', json: { amount: 1 } })
-  expect(res.status).toBe(201)
-  expect(log.at(-1)).toBe('delete') // still in flight
-  let closed = false
-  const closing = client.close().then(() => {
-    closed = true
+  let answered = false
+  const answer = client.request({ path: '/v1/payments', json: { amount: 1 } }).then((res) => {
+    answered = true
+    return res
   })
   await new Promise((resolve) => setTimeout(resolve, 20))
-  expect(closed).toBe(false)
+  expect(log.at(-1)).toBe('delete')
+  expect(answered).toBe(false)
   openGate()
-  await closing
-  expect(log.slice(-2)).toEqual(['deleted', 'release'])
+  expect((await answer).status).toBe(201)
+  await client.close()
+  expect(log.slice(-3)).toEqual(['delete', 'deleted', 'release'])
+})
+
+it('a store with create() writes a one-off intent once and drives it without a claim, and lets go of it after', async () => {
+  const { store, log } = recordingStore()
+  const created: IntentRecord[] = []
+  const withCreate: IntentStore = {
+    ...store,
+    async create(record, fn) {
+      log.push('create')
+      await store.set(record)
+      created.push(record)
+      try {
+        return await fn()
+      } finally {
+        log.push('let go')
+      }
+    },
+  }
+  const { fetch, sent } = recordingFetch(log)
+  const client = createClient({ baseUrl: BASE, store: withCreate, fetch, resumeOnOnline: false })
+  const res = await client.request({ path: '/v1/payments', json: { amount: 1 } })
+  await client.close()
+  expect(log).toEqual(['create', 'set attempts=1', 'send', 'delete', 'deleted', 'let go'])
+  expect(created).toMatchObject([{ key: res.key, attempts: 1, version: 1, state: 'pending' }])
+  expect(sent).toEqual([{ key: res.key, attempt: '1', body: '{"amount":1}' }])
+  // Named intents may exist in another tab already: they are read and written under the claim as before.
+  log.length = 0
+  const again = createClient({ baseUrl: BASE, store: withCreate, fetch, resumeOnOnline: false })
+  await again.request({ path: '/v1/payments', json: { amount: 2 }, intentId: 'order:2' })
+  await again.close()
+  expect(log.slice(0, 4)).toEqual(['claim', 'get (claimed)', 'set attempts=1', 'send'])
 })
 
 it('a settled one-off intent whose delete was lost is resent by resume() with the same key and bytes, and replayed', async () => {
@@ -171,20 +204,32 @@ it('a settled one-off intent whose delete was lost is resent by resume() with th
   expect(await healthy.list()).toEqual([])
 })
 
-it('pending() and resume() right after an answer do not see the one-off intent whose delete is still running', async () => {
+it('pending() and resume() right after an answer wait for the release of its claim', async () => {
   let openGate!: () => void
-  const gateDelete = new Promise<void>((resolve) => {
+  const gateRelease = new Promise<void>((resolve) => {
     openGate = resolve
   })
-  const { store, log } = recordingStore({ gateDelete })
+  const { store, log } = recordingStore()
+  const released: string[] = []
+  const slowRelease: IntentStore = {
+    ...store,
+    async exclusive(id, fn) {
+      const result = await store.exclusive!(id, fn)
+      await gateRelease
+      released.push(id)
+      return result
+    },
+  }
   const { fetch, sent } = recordingFetch(log)
-  const client = createClient({ baseUrl: BASE, store, fetch, resumeOnOnline: false })
+  const client = createClient({ baseUrl: BASE, store: slowRelease, fetch, resumeOnOnline: false })
   await client.request({ path: '/v1/payments', json: { amount: 1 } })
+  expect(released).toEqual([])
   const listing = client.pending()
   const resuming = client.resume()
   setTimeout(openGate, 20)
   expect(await listing).toEqual([])
   expect(await resuming).toEqual([])
+  expect(released).toHaveLength(1)
   expect(sent).toHaveLength(1)
   await client.close()
 })

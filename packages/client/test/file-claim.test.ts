@@ -4,7 +4,7 @@ import * as fs from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeEach, expect, it, vi } from 'vitest'
-import { StorageError, type StoreEvents } from '../src/index.js'
+import { type IntentStore, StorageError, type StoreEvents } from '../src/index.js'
 import { fileStore } from '../src/stores/node.js'
 
 // The claim races of fileStore (lock renewal, release, takeover), made deterministic: every fs call of the store
@@ -68,6 +68,30 @@ const exists = (path: string) =>
     () => false,
   )
 
+// The claim-lost events `store` reports, as they come.
+function claimsLost(store: IntentStore): StoreEvents['claim-lost'][] {
+  const events: StoreEvents['claim-lost'][] = []
+  store.attach?.((event, payload) => {
+    if (event === 'claim-lost') events.push(payload as StoreEvents['claim-lost'])
+  })
+  return events
+}
+
+// A section that runs until released; `started` resolves once it runs.
+function pausedSection() {
+  const started = deferred()
+  const release = deferred()
+  return {
+    started: started.promise,
+    release: release.resolve,
+    run: async () => {
+      started.resolve()
+      await release.promise
+      return 'done'
+    },
+  }
+}
+
 function deferred<T = void>() {
   let resolve!: (value: T) => void
   const promise = new Promise<T>((done) => (resolve = done))
@@ -81,19 +105,14 @@ it('fails the exclusive section with a StorageError when a lease renewal fails',
   const leaseMs = 3_000
   const store = fileStore({ dir, leaseMs })
   const lock = lockOf(dir, 'i1')
-  const release = deferred()
-  const started = deferred()
-  const held = store.exclusive!('i1', async () => {
-    started.resolve()
-    await release.promise
-    return 'done'
-  })
-  await started.promise
+  const section = pausedSection()
+  const held = store.exclusive!('i1', section.run)
+  await section.started
   hooks.rename = (_from, to) => {
     if (to === lock) throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' })
   }
   vi.advanceTimersByTime(leaseMs / 3) // the renewal starts now and fails
-  release.resolve()
+  section.release()
   const error = await held.then(
     () => undefined,
     (reason: unknown) => reason,
@@ -107,20 +126,12 @@ it('reports a lost claim as a claim-lost event as soon as it is noticed, before 
   const dir = await tempDir()
   const leaseMs = 3_000
   const store = fileStore({ dir, leaseMs })
-  const events: StoreEvents['claim-lost'][] = []
-  store.attach?.((event, payload) => {
-    if (event === 'claim-lost') events.push(payload as StoreEvents['claim-lost'])
-  })
+  const events = claimsLost(store)
   const lock = lockOf(dir, 'i1')
-  const release = deferred()
-  const started = deferred()
-  const held = store.exclusive!('i1', async () => {
-    started.resolve()
-    await release.promise
-    return 'done'
-  })
+  const section = pausedSection()
+  const held = store.exclusive!('i1', section.run)
   held.catch(() => {})
-  await started.promise
+  await section.started
   hooks.rename = (_from, to) => {
     if (to === lock) throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' })
   }
@@ -129,7 +140,7 @@ it('reports a lost claim as a claim-lost event as soon as it is noticed, before 
   expect(events[0]).toMatchObject({ store: 'file', id: 'i1', reason: 'its lease could not be renewed' })
   expect(events[0]?.error).toBeInstanceOf(StorageError)
   vi.advanceTimersByTime(leaseMs / 3) // no second event for the same claim
-  release.resolve()
+  section.release()
   await expect(held).rejects.toBeInstanceOf(StorageError)
   expect(events).toHaveLength(1)
 })
@@ -139,18 +150,13 @@ it('fails the exclusive section when another process replaced its lock in the me
   const leaseMs = 3_000
   const store = fileStore({ dir, leaseMs })
   const lock = lockOf(dir, 'i1')
-  const release = deferred()
-  const started = deferred()
-  const held = store.exclusive!('i1', async () => {
-    started.resolve()
-    await release.promise
-    return 'done'
-  })
-  await started.promise
+  const section = pausedSection()
+  const held = store.exclusive!('i1', section.run)
+  await section.started
   const other = JSON.stringify({ pid: process.pid, until: Date.now() + 60_000, token: 'someone-else' })
   await fs.writeFile(lock, other)
   vi.advanceTimersByTime(leaseMs / 3)
-  release.resolve()
+  section.release()
   await expect(held).rejects.toBeInstanceOf(StorageError)
   expect(await fs.readFile(lock, 'utf8')).toBe(other) // neither overwritten by the renewal nor released
 })
@@ -162,14 +168,9 @@ it('waits for a renewal in flight before releasing, so no ghost lock is left beh
   const leaseMs = 3_000
   const store = fileStore({ dir, leaseMs })
   const lock = lockOf(dir, 'i1')
-  const release = deferred()
-  const started = deferred()
-  const held = store.exclusive!('i1', async () => {
-    started.resolve()
-    await release.promise
-    return 'done'
-  })
-  await started.promise
+  const section = pausedSection()
+  const held = store.exclusive!('i1', section.run)
+  await section.started
   const renaming = deferred()
   const proceed = deferred()
   const landed = deferred()
@@ -187,7 +188,7 @@ it('waits for a renewal in flight before releasing, so no ghost lock is left beh
   }
   vi.advanceTimersByTime(leaseMs / 3) // a renewal starts
   await renaming.promise // ... and is about to rename its new lock file into place
-  release.resolve() // the driver finishes while the renewal is in flight
+  section.release() // the driver finishes while the renewal is in flight
   // One macrotask runs every microtask the release queues: a release that removes the lock at once has now
   // started its unlink, which finishes before the renewal lands. A release that waits for the renewal has not.
   await new Promise((resolve) => setImmediate(resolve))
@@ -283,4 +284,40 @@ it('wraps a failing readdir in list() as a StorageError', async () => {
     throw Object.assign(new Error('EACCES: permission denied, scandir'), { code: 'EACCES' })
   }
   await expect(store.list()).rejects.toBeInstanceOf(StorageError)
+})
+
+it("loses the claim on an intent a store created when the store's owner file can no longer be renewed", async () => {
+  const dir = await tempDir()
+  const leaseMs = 3_000
+  const store = fileStore({ dir, leaseMs })
+  const events = claimsLost(store)
+  const section = pausedSection()
+  const record = {
+    format: 1 as const,
+    id: 'k1',
+    key: 'k1',
+    method: 'POST',
+    url: 'http://api.test/pay',
+    headers: {},
+    createdAt: 1,
+    expiresAt: Date.now() + 60_000,
+    attempts: 1,
+    version: 1,
+    state: 'pending' as const,
+  }
+  const held = store.create!(record, section.run)
+  held.catch(() => {})
+  await section.started
+  hooks.rename = (_from, to) => {
+    if (to.endsWith('.owner'))
+      throw Object.assign(new Error('EROFS: read-only file system'), { code: 'EROFS' })
+  }
+  vi.advanceTimersByTime(leaseMs / 3) // the owner file's renewal starts now and fails
+  await vi.waitFor(() => expect(events).toHaveLength(1))
+  expect(events[0]).toMatchObject({ store: 'file', id: 'k1' })
+  expect(events[0]!.reason).toMatch(/owner file/)
+  section.release()
+  await expect(held).rejects.toBeInstanceOf(StorageError)
+  hooks.rename = undefined
+  await store.close?.()
 })

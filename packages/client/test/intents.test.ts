@@ -207,6 +207,57 @@ describe('intentId', () => {
     expect(again).toMatchObject({ status: 201, data: a.data, key: a.key })
   })
 
+  it('says where each answer came from: the network, a server replay, or the local store', async () => {
+    const store = memoryStore()
+    const events: string[] = []
+    const client = make({ store })
+    client.on('settled', (e) => events.push(`${e.source} replayed=${e.replayed}`))
+    const call = () => client.request({ path: '/v1/payments', json: { amount: 5 }, intentId: 'order:8' })
+    const first = await call()
+    expect(first).toMatchObject({ source: 'network', replayed: false })
+    expect(await call()).toMatchObject({ source: 'store', replayed: false, data: first.data })
+    expect(seen).toHaveLength(1)
+    // Forgotten locally (another device, or after settledTtlMs): the server answers from its stored response.
+    await store.delete('order:8')
+    const replayed = await call()
+    expect(replayed).toMatchObject({ source: 'replay', replayed: true, data: first.data })
+    expect(await call()).toMatchObject({ source: 'store', replayed: true })
+    expect(seen).toHaveLength(2)
+    expect(events).toEqual(['network replayed=false', 'replay replayed=true'])
+  })
+
+  it('keeps a settled outcome without set-cookie or any hop-by-hop header', async () => {
+    server.use(
+      http.post(`${BASE}/v1/orders`, () =>
+        HttpResponse.json(
+          { id: 'o1' },
+          {
+            status: 201,
+            headers: {
+              connection: 'keep-alive, x-trace-hop',
+              'keep-alive': 'timeout=5',
+              'x-trace-hop': 'proxy-1',
+              'transfer-encoding': 'chunked',
+              'set-cookie': 'session=secret',
+              location: '/v1/orders/o1',
+            },
+          },
+        ),
+      ),
+    )
+    const store = memoryStore()
+    const client = make({ store })
+    await client.request({ path: '/v1/orders', json: {}, intentId: 'order:9' })
+    const kept = (await store.get('order:9'))!.outcome!
+    expect(Object.keys(kept.headers)).toEqual(expect.arrayContaining(['content-type', 'location']))
+    for (const name of ['connection', 'keep-alive', 'x-trace-hop', 'transfer-encoding', 'set-cookie']) {
+      expect(kept.headers).not.toHaveProperty(name)
+    }
+    const again = await client.request({ path: '/v1/orders', json: {}, intentId: 'order:9' })
+    expect(again.source).toBe('store')
+    expect(again.headers.get('location')).toBe('/v1/orders/o1')
+  })
+
   it('after settledTtlMs, sends again with the same key (the server replays)', async () => {
     let now = 1_000_000
     const timers = {
@@ -336,6 +387,21 @@ describe('options', () => {
     expect(() => make({ timers: { now: Date.now } as never })).toThrow(/`timers.setTimeout`/)
     expect(() => make({ resumeOnStart: 'yes' as never })).toThrow(/`resumeOnStart`/)
     expect(() => make({ timeoutMs: 0 })).toThrow(/`timeoutMs`/)
+  })
+
+  it('reports every bad option at once, not only the first', () => {
+    const error = (() => {
+      try {
+        createClient({ baseUrl: 'nope', retry: { limit: -1 }, timeoutMs: 0, headers: 1 as never })
+      } catch (caught) {
+        return caught
+      }
+    })()
+    expect(error).toBeInstanceOf(TypeError)
+    const message = (error as Error).message
+    expect(message).toMatch(/^createClient: 4 invalid options/)
+    for (const name of ['baseUrl', 'retry.limit', 'timeoutMs', 'headers'])
+      expect(message).toContain(`\`${name}\``)
   })
 
   it('mutation() binds an endpoint and reports attempt then settled events', async () => {

@@ -138,7 +138,50 @@ describe('fileStore', () => {
   })
 })
 
+describe('store options', () => {
+  it('name every bad option of a store in one TypeError', () => {
+    expect(() => fileStore({ dir: '', leaseMs: -1 })).toThrow(
+      /fileStore: 2 invalid options.*`dir`.*`leaseMs`/,
+    )
+    expect(() => asyncStorageStore({} as never, { prefix: 1 as never })).toThrow(
+      /asyncStorageStore: 4 invalid options.*`storage.getItem`.*`prefix`/,
+    )
+  })
+})
+
 describe('asyncStorageStore', () => {
+  // Regression: it ignored `{ durable: false }` and rewrote the index for every attempt counter, outcome and
+  // delete after an answer, three storage calls where one does.
+  it('honours { durable: false }: later versions and the delete after an answer touch only the item', async () => {
+    const storage = fakeAsyncStorage()
+    const calls: string[] = []
+    const counted = {
+      getItem: (key: string) => {
+        calls.push(`get ${key}`)
+        return storage.getItem(key)
+      },
+      setItem: (key: string, value: string) => {
+        calls.push(`set ${key}`)
+        return storage.setItem(key, value)
+      },
+      removeItem: (key: string) => {
+        calls.push(`remove ${key}`)
+        return storage.removeItem(key)
+      },
+    }
+    const store = asyncStorageStore(counted)
+    await store.set(record('a'))
+    await store.set(record('b'))
+    calls.length = 0
+    await store.set(record('a', { attempts: 1, version: 2 }), { durable: false })
+    await store.delete('a', { durable: false })
+    expect(calls).toEqual(['set oncely:intent:a', 'remove oncely:intent:a'])
+    expect((await store.list()).map((r) => r.id)).toEqual(['b'])
+    // The next durable write of the index drops the id whose item is gone.
+    await store.set(record('c'))
+    expect(JSON.parse(storage.items.get('oncely:index')!)).toEqual(['b', 'c'])
+  })
+
   it('keeps an index item and one item per intent, and quarantines a corrupt item', async () => {
     const storage = fakeAsyncStorage()
     const store = asyncStorageStore(storage)

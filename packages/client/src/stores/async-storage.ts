@@ -1,6 +1,7 @@
 import { StorageError } from '../errors/storage-error.js'
 import { type IntentRecord, isIntentRecord } from '../intent.js'
 import type { IntentStore, StoreEventSink } from '../store.js'
+import { OptionChecks } from '../validate.js'
 
 /** The subset of `@react-native-async-storage/async-storage` this store uses (so there is no dependency on it). */
 export interface AsyncStorageLike {
@@ -14,6 +15,7 @@ export interface AsyncStorageStoreOptions {
   /**
    * Prefix of every key this store writes.
    * @default 'oncely:'
+   * @example 'payments:'
    */
   prefix?: string
 }
@@ -21,6 +23,10 @@ export interface AsyncStorageStoreOptions {
 /**
  * Keeps intents in React Native's AsyncStorage: one item per intent plus an index item listing their ids.
  * Pass the AsyncStorage object itself; nothing from React Native is imported.
+ *
+ * A write-ahead record (and `discard`) updates the index and the item. A `{ durable: false }` write (attempt
+ * counters, outcomes) writes the item only, and the delete after an answer removes the item only: its id stays in
+ * the index, where `list()` skips it, until the next write-ahead or discard rewrites the index without it.
  *
  * @example
  * import AsyncStorage from '@react-native-async-storage/async-storage'
@@ -31,11 +37,16 @@ export function asyncStorageStore(
   storage: AsyncStorageLike,
   options: AsyncStorageStoreOptions = {},
 ): IntentStore {
+  const checks = new OptionChecks('asyncStorageStore', options)
   for (const method of ['getItem', 'setItem', 'removeItem'] as const) {
     if (typeof storage?.[method] !== 'function') {
-      throw new TypeError(`Expected \`storage.${method}\` to be a function (pass AsyncStorage)`)
+      checks.problem(`Expected \`storage.${method}\` to be a function (pass AsyncStorage)`)
     }
   }
+  if (options.prefix !== undefined && typeof options.prefix !== 'string') {
+    checks.problem(`Expected \`prefix\` to be a string, got ${String(options.prefix)}`)
+  }
+  checks.done()
   const prefix = options.prefix ?? 'oncely:'
   const indexKey = `${prefix}index`
   const itemKey = (id: string) => `${prefix}intent:${id}`
@@ -69,9 +80,13 @@ export function asyncStorageStore(
     })
     return []
   }
+  // Ids whose item was removed without an index update; the next index update drops them.
+  const unindexed = new Set<string>()
   const updateIndex = (change: (ids: Set<string>) => void) => {
     const next = indexQueue.then(async () => {
       const ids = new Set(await readIndex())
+      for (const id of unindexed) ids.delete(id)
+      unindexed.clear()
       change(ids)
       await storage.setItem(indexKey, JSON.stringify([...ids]))
     })
@@ -103,17 +118,25 @@ export function asyncStorageStore(
       sink = next
     },
     get: (id) => guard(() => read(id)),
-    set: (record) =>
+    set: (record, writeOptions) =>
       guard(async () => {
+        // A `{ durable: false }` write replaces a record whose id the index already holds (its write-ahead put it
+        // there), so only the item is written.
+        if (writeOptions?.durable === false) {
+          unindexed.delete(record.id)
+          return storage.setItem(itemKey(record.id), JSON.stringify(record))
+        }
         // Index first: a crash in between leaves an id without its item (skipped by list), never an item that
         // list() cannot find.
         await updateIndex((ids) => ids.add(record.id))
         await storage.setItem(itemKey(record.id), JSON.stringify(record))
       }),
-    delete: (id) =>
+    delete: (id, writeOptions) =>
       guard(async () => {
         await storage.removeItem(itemKey(id))
-        await updateIndex((ids) => ids.delete(id))
+        // The id left in the index is skipped by list() and dropped by the next update of the index.
+        if (writeOptions?.durable !== false) await updateIndex((ids) => ids.delete(id))
+        else unindexed.add(id)
       }),
     list: () =>
       guard(async () => {

@@ -137,29 +137,112 @@ describe('indexedDbStore in Chromium', () => {
     await store.close?.()
   })
 
-  it('lets one tab at a time drive an intent: Web Locks, and the IndexedDB lease without them', async () => {
+  it('lets one tab at a time drive an intent with Web Locks, and leaves tabs apart without them', async () => {
     const name = freshName()
-    for (const withLocks of [true, false]) {
-      if (!withLocks) Object.defineProperty(navigator, 'locks', { value: undefined, configurable: true })
-      expect(navigator.locks === undefined).toBe(!withLocks)
-      try {
-        const a = indexedDbStore({ name })
-        const b = indexedDbStore({ name })
-        let release!: () => void
-        const held = a.exclusive!(
-          'i1',
-          () => new Promise<string>((resolve) => (release = () => resolve('a'))),
-        )
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
-        release()
-        expect(await held).toEqual({ acquired: true, value: 'a' })
-        expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: true, value: 'b' })
-      } finally {
-        // Remove the own-property shadow so the prototype's getter is visible again.
-        delete (navigator as { locks?: unknown }).locks
-      }
+    const a = indexedDbStore({ name })
+    const b = indexedDbStore({ name })
+    let release!: () => void
+    const held = a.exclusive!('i1', () => new Promise<string>((resolve) => (release = () => resolve('a'))))
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
+    release()
+    expect(await held).toEqual({ acquired: true, value: 'a' })
+    expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: true, value: 'b' })
+    // Without Web Locks (Safari before 15.4) nothing keeps tabs apart; the server's key check does.
+    Object.defineProperty(navigator, 'locks', { value: undefined, configurable: true })
+    try {
+      const first = a.exclusive!('i2', () => new Promise<string>((resolve) => (release = () => resolve('a'))))
+      expect(await b.exclusive!('i2', async () => 'b')).toEqual({ acquired: true, value: 'b' })
+      release()
+      await first
+    } finally {
+      // Remove the own-property shadow so the prototype's getter is visible again.
+      delete (navigator as { locks?: unknown }).locks
     }
+  })
+
+  it('writes a new intent in one transaction with no per-intent Web Lock, its tab owning it while it drives it', async () => {
+    const name = freshName()
+    const transaction = vi.spyOn(IDBDatabase.prototype, 'transaction')
+    const request = vi.spyOn(LockManager.prototype, 'request')
+    const { fetch } = scriptedFetch([201, 201, 201])
+    const client = createClient({
+      baseUrl: 'http://api.test',
+      store: indexedDbStore({ name }),
+      fetch,
+      resumeOnOnline: false,
+    })
+    for (let i = 0; i < 3; i++) await client.request({ path: '/v1/payments', json: { i } })
+    const writes = transaction.mock.calls
+      .filter(([, mode]) => mode === 'readwrite')
+      .map(([, , options]) => (options as IDBTransactionOptions | undefined)?.durability)
+    expect(writes).toEqual(['strict', 'relaxed', 'strict', 'relaxed', 'strict', 'relaxed']) // write-ahead, delete
+    expect(request.mock.calls.map(([lock]) => String(lock))).toEqual([
+      expect.stringMatching(/^oncely:.*:owner:/),
+    ])
+    await client.close()
+
+    // While its creator drives it, another store (as another tab would) does not; once it let go, it may.
+    const creator = indexedDbStore({ name })
+    const other = indexedDbStore({ name })
+    let release!: () => void
+    const driving = creator.create!(
+      record('owned'),
+      () => new Promise<void>((resolve) => (release = resolve)),
+    )
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(await other.exclusive!('owned', async () => 'other')).toEqual({ acquired: false })
+    release()
+    await driving
+    expect(await other.exclusive!('owned', async () => 'other')).toEqual({ acquired: true, value: 'other' })
+
+    // A creator whose tab is gone (its owner Web Lock released) no longer keeps others out.
+    const gone = indexedDbStore({ name })
+    void gone.create!(record('orphan'), () => new Promise<void>(() => {}))
+    await vi.waitFor(async () => expect(await other.get('orphan')).toBeDefined())
+    expect(await other.exclusive!('orphan', async () => 'other')).toEqual({ acquired: false })
+    await gone.close?.()
+    expect(await other.exclusive!('orphan', async () => 'other')).toEqual({ acquired: true, value: 'other' })
+    for (const store of [creator, other]) await store.close?.()
+  })
+
+  it('reports a lost claim like fileStore: a stolen Web Lock emits claim-lost and fails the section once it settled', async () => {
+    const name = freshName()
+    for (const kind of ['exclusive', 'create'] as const) {
+      const store = indexedDbStore({ name })
+      const events: StoreEvents['claim-lost'][] = []
+      store.attach?.((event, payload) => {
+        if (event === 'claim-lost') events.push(payload as StoreEvents['claim-lost'])
+      })
+      let release!: () => void
+      const section = () => new Promise<string>((resolve) => (release = () => resolve('done')))
+      const id = `${kind}-1`
+      const held = kind === 'exclusive' ? store.exclusive!(id, section) : store.create!(record(id), section)
+      held.catch(() => {})
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      const lockName = (await navigator.locks.query())
+        .held!.map((lock) => lock.name!)
+        .find((lockName) =>
+          kind === 'exclusive' ? lockName.endsWith(`:${id}`) : lockName.includes(':owner:'),
+        )!
+      await navigator.locks.request(lockName, { steal: true }, async () => {})
+      await vi.waitFor(() => expect(events).toHaveLength(1))
+      expect(events[0]).toMatchObject({ store: 'indexedDb', id })
+      release()
+      const error = await held.then(
+        () => undefined,
+        (reason: unknown) => reason,
+      )
+      expect(isStorageError(error)).toBe(true)
+      expect((error as Error).message).toMatch(/lost its claim/)
+      await store.close?.()
+    }
+  })
+
+  it('names every bad option in one TypeError', () => {
+    expect(() => indexedDbStore({ durability: 'fast' as never, fallback: 'nope' as never })).toThrow(
+      /indexedDbStore: 2 invalid options.*`durability`.*`fallback`/,
+    )
   })
 
   it('falls back to memory with an event when IndexedDB cannot be opened, or fails closed when asked', async () => {

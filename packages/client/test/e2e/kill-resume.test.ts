@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { fileStore } from '../../src/stores/node.js'
 import { startOncelyServer } from '../support/oncely-server.js'
 
 const fixture = fileURLToPath(new URL('./fixtures/pay.ts', import.meta.url))
@@ -64,7 +65,7 @@ it('a process SIGKILLed while responses are dropped leaves an intent that a seco
   const key = server.keys[0]!
   expect(new Set(server.keys)).toEqual(new Set([key]))
   expect(await server.effects()).toBe(1)
-  expect((await readdir(dir)).filter((name) => name.endsWith('.json'))).toHaveLength(1)
+  expect(await fileStore({ dir }).list()).toMatchObject([{ key, state: 'pending' }])
 
   server.dropResponses = false
   const second = child('resume')
