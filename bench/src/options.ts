@@ -28,6 +28,7 @@ export const VARIANTS = [
   'oncely-lock',
   'oncely-lock-nocache',
   'sql-floor',
+  'engine-floor',
   'node-idempotency-pg',
   'node-idempotency-redis',
   'powertools-redis',

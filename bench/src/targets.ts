@@ -38,7 +38,8 @@ export function evaluateTargets(report: BenchReport): Target[] {
     { variant: 'oncely-row', label: "reservation: 'row'" },
   ].filter((p, i) => i === 0 || [...summaries, ...report.scale].some((s) => s.scenario.variant === p.variant))
   // The hand-written SQL floor is a reference, not a peer.
-  const isOurs = (variant: string) => variant.startsWith('oncely') || variant === 'sql-floor'
+  const isOurs = (variant: string) =>
+    variant.startsWith('oncely') || variant === 'sql-floor' || variant === 'engine-floor'
   // The floor: the lock protocol's SQL by hand in the route, measured in the same run. What oncely adds above it is
   // the library's own cost (HTTP adapter, engine), which is what these two targets hold to account.
   const floor = find(summaries, 'sql-floor-first', 'c10')

@@ -13,6 +13,7 @@ const loaders: Record<string, () => Promise<Variant>> = {
   'oncely-lock': async () => (await import('./oncely.js')).oncelyLock,
   'oncely-lock-nocache': async () => (await import('./oncely.js')).oncelyLockNoCache,
   'sql-floor': async () => (await import('./sql-floor.js')).sqlFloor,
+  'engine-floor': async () => (await import('./oncely.js')).oncelyEngineOnly,
   'node-idempotency-pg': async () => (await import('./node-idempotency.js')).nodeIdempotencyPostgres,
   'node-idempotency-redis': async () => (await import('./node-idempotency.js')).nodeIdempotencyRedis,
   'powertools-redis': async () => (await import('./powertools.js')).powertools,

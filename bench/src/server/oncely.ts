@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { createEngine, migrate, postgresStore } from '@oncely/server'
 import { idempotency } from '@oncely/server/fastify'
 import { insertEntry, type Transfer } from './ledger.js'
@@ -34,6 +35,41 @@ function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'
       return async () => {}
     },
   }
+}
+
+/**
+ * A reference, not a product: the engine called from a bare route (no plugin: the route takes the key and hashes the
+ * body itself, like sql-floor). Between it and sql-floor is the engine's own cost; between it and oncely-lock, the
+ * HTTP adapter's.
+ */
+export const oncelyEngineOnly: Variant = {
+  name: 'engine-floor',
+  description: "reference: the engine (reservation: 'lock') called from a bare route, no plugin",
+  async setup(scope, { pool }) {
+    await migrate(pool, { schema: 'oncely_engine' })
+    const engine = createEngine({ store: postgresStore({ pool, schema: 'oncely_engine' }) })
+    scope.post<{ Body: Transfer }>('/ledger', async (request, reply) => {
+      const key = request.headers['idempotency-key']
+      if (typeof key !== 'string') return reply.code(400).send({})
+      const outcome = await engine.execute({
+        scope: 'bench',
+        operation: 'POST /ledger',
+        key,
+        fingerprint: createHash('sha256').update(JSON.stringify(request.body)).digest('hex'),
+        handler: async (ctx) => insertEntry(ctx.tx, key, request.body),
+      })
+      if (outcome.kind === 'executed' || outcome.kind === 'replayed') {
+        return reply
+          .code(outcome.response.status)
+          .headers(outcome.response.headers)
+          .send(outcome.response.body)
+      }
+      return reply
+        .code(outcome.kind === 'mismatch' ? 422 : outcome.kind === 'in_progress' ? 409 : 503)
+        .send({})
+    })
+    return async () => {}
+  },
 }
 
 export const oncelyRow = variant('oncely-row', true)

@@ -23,20 +23,19 @@ export async function startServer(options: {
 }): Promise<BenchServer> {
   // BENCH_SERVER_NODE_ARGS adds Node flags to the server process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? []
-  const child = spawn(
-    process.execPath,
-    [...nodeArgs, '--conditions=@oncely/source', '--import', 'tsx', MAIN],
-    {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: {
-        ...process.env,
-        BENCH_DATABASE_URL: options.databaseUrl,
-        BENCH_REDIS_URL: options.redisUrl,
-        BENCH_POOL_SIZE: String(options.poolSize),
-        BENCH_VARIANTS: options.variants.join(','),
-      },
+  // The server runs oncely's built packages (dist), as users do, not its sources: through tsx every closure the engine
+  // creates per request would also pay for a function-name wrapper that the build does not have. `pnpm bench`
+  // builds them first.
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', MAIN], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: {
+      ...process.env,
+      BENCH_DATABASE_URL: options.databaseUrl,
+      BENCH_REDIS_URL: options.redisUrl,
+      BENCH_POOL_SIZE: String(options.poolSize),
+      BENCH_VARIANTS: options.variants.join(','),
     },
-  )
+  })
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
   const line = await new Promise<string | undefined>((resolve) => {
     createInterface({ input: child.stdout }).on('line', (text) => {

@@ -3,11 +3,13 @@
 // process's CPU per request (process.cpuUsage) and each protocol's excess over the floor; asserts nothing.
 //
 //   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
-//     node --conditions=@oncely/source --import tsx scripts/engine-cpu.ts [requests] [concurrency] [rounds]
+//     pnpm build && node --import tsx scripts/engine-cpu.ts [requests] [concurrency] [rounds]
 import { createHash, randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+// The built package (run `pnpm build` first), as users run it: the sources through tsx carry its helpers.
+import { createEngine, migrate, postgresStore } from '@oncely/server'
 import { createTestDatabase } from '@oncely/test-support'
 import type pg from 'pg'
-import { createEngine, migrate, postgresStore } from '../src/index.js'
 
 const total = Number(process.argv[2] ?? 3_000)
 const concurrency = Number(process.argv[3] ?? 10)
@@ -56,7 +58,7 @@ async function floor(key: string): Promise<void> {
   }
 }
 
-const variants: Record<string, (key: string) => Promise<unknown>> = {
+const all: Record<string, (key: string) => Promise<unknown>> = {
   floor,
   ...Object.fromEntries(
     Object.entries(engines).map(([name, engine]) => [
@@ -76,8 +78,11 @@ const variants: Record<string, (key: string) => Promise<unknown>> = {
   ),
 }
 
+const writeCalls = () => Number(/syscw: (\d+)/.exec(readFileSync('/proc/self/io', 'utf8'))?.[1] ?? 0)
+
 async function measure(run: (key: string) => Promise<unknown>): Promise<{ cpuUs: number; rps: number }> {
   let next = 0
+  const writes = writeCalls()
   const cpu = process.cpuUsage()
   const started = performance.now()
   await Promise.all(
@@ -86,8 +91,13 @@ async function measure(run: (key: string) => Promise<unknown>): Promise<{ cpuUs:
     }),
   )
   const used = process.cpuUsage(cpu)
+  console.log(`  ${((writeCalls() - writes) / total).toFixed(2)} write calls/request`)
   return { cpuUs: (used.user + used.system) / total, rps: total / ((performance.now() - started) / 1000) }
 }
+
+// ONLY=lock,floor runs a subset (to profile one variant on its own).
+const only = process.env.ONLY?.split(',')
+const variants = Object.fromEntries(Object.entries(all).filter(([name]) => !only || only.includes(name)))
 
 const results: Record<string, number[]> = {}
 for (const run of Object.values(variants)) await measure(run) // warm-up: JIT, prepared statements
@@ -101,7 +111,7 @@ for (let round = 0; round < rounds; round++) {
   }
 }
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0
-const floorUs = median(results.floor ?? [])
+const floorUs = median(results.floor ?? [0])
 for (const [name, values] of Object.entries(results)) {
   const us = median(values)
   console.log(

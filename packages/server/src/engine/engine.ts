@@ -110,14 +110,18 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   const store = resolveStore(options.store)
   const { pool } = store
   const hooks = faults.hooks ?? {}
-  const emit = (event: EngineEvent) => {
-    try {
-      options.onEvent?.(event)
-    } catch {
-      // An observer must not change the outcome of an execution.
-    }
-  }
-  onPoolError(pool, (error) => emit({ type: 'store_error', error }))
+  // Undefined without an observer, so `emit?.({...})` does not even build the event on the hot path.
+  const { onEvent } = options
+  const emit = onEvent
+    ? (event: EngineEvent) => {
+        try {
+          onEvent(event)
+        } catch {
+          // An observer must not change the outcome of an execution.
+        }
+      }
+    : undefined
+  onPoolError(pool, (error) => emit?.({ type: 'store_error', error }))
 
   const protocol: ReservationProtocol =
     config.reservation === 'lock'
@@ -134,7 +138,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   /** Reports a store error, diagnosed first (a transaction-mode pooler is named, and adapted to, here). */
   const storeError = (error: unknown, id?: KeyId): unknown => {
     const diagnosed = detectPooler(store, error) ?? error
-    emit({ type: 'store_error', error: diagnosed, ...id })
+    emit?.({ type: 'store_error', error: diagnosed, ...id })
     return diagnosed
   }
 
@@ -167,14 +171,14 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
         case 'finished':
           return answerFinished(id, input.fingerprint, remember(id, reservation.row, sent), false)
         case 'mismatch':
-          emit({ type: 'mismatch', ...id })
+          emit?.({ type: 'mismatch', ...id })
           return { kind: 'mismatch' }
         case 'raced':
           if (++round < MAX_RACE_ROUNDS) continue
           return { kind: 'in_progress', retryAfterMs: 1_000, fencedOut: false }
         case 'busy':
           if (await waited()) continue
-          emit({ type: 'conflict', retryAfterMs: reservation.retryAfterMs, ...id })
+          emit?.({ type: 'conflict', retryAfterMs: reservation.retryAfterMs, ...id })
           return { kind: 'in_progress', retryAfterMs: reservation.retryAfterMs, fencedOut: false }
       }
     }
@@ -194,10 +198,10 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
   function answerFinished(id: KeyId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
     if (record.fingerprint !== fingerprint) {
-      emit({ type: 'mismatch', ...id })
+      emit?.({ type: 'mismatch', ...id })
       return { kind: 'mismatch' }
     }
-    emit({ type: 'replayed', status: record.response.status, ...id })
+    emit?.({ type: 'replayed', status: record.response.status, ...id })
     return { kind: 'replayed', response: record.response, fencedOut }
   }
 
@@ -218,9 +222,9 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     const { client, attempt } = claim
     const { id } = claim.request
     const failedOpen = reservation === failingOpen
-    if (claim.replaced === 'expired') emit({ type: 'expired', ...id })
-    else if (claim.replaced === 'takeover') emit({ type: 'takeover', attempt, ...id })
-    if (!failedOpen) emit({ type: 'reserved', attempt, ...id })
+    if (claim.replaced === 'expired') emit?.({ type: 'expired', ...id })
+    else if (claim.replaced === 'takeover') emit?.({ type: 'takeover', attempt, ...id })
+    if (!failedOpen) emit?.({ type: 'reserved', attempt, ...id })
 
     const started = Date.now()
     const abort = new LazyAbort()
@@ -229,7 +233,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       // The first error says why (Postgres's own, such as the lease guard's 25P03); the socket's close follows it.
       broken ??= error
       abort.abort(error)
-      emit({ type: 'store_error', error, ...id })
+      emit?.({ type: 'store_error', error, ...id })
     }
     client.on('error', onClientError)
     let open = true
@@ -249,7 +253,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       await rollback()
       try {
         await reservation.release(claim)
-        emit({ type: 'released', attempt, reason, ...id })
+        emit?.({ type: 'released', attempt, reason, ...id })
       } catch (error) {
         // The key stays held until its lease runs out; then the next attempt takes over.
         storeError(error, id)
@@ -264,7 +268,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       return fencedOut(claim)
     }
     const executed = (response: StoredResponse, status: 'succeeded' | 'failed_permanent'): Outcome => {
-      emit({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
+      emit?.({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
       return { kind: 'executed', response, status, attempt, ...(failedOpen ? { failedOpen } : {}) }
     }
 
@@ -351,7 +355,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   /** After an attempt lost its key: the record's answer (usually the winner's response), or 409. */
   async function fencedOut(claim: Claim): Promise<Outcome> {
     const { id } = claim.request
-    emit({ type: 'fenced_out', attempt: claim.attempt, ...id })
+    emit?.({ type: 'fenced_out', attempt: claim.attempt, ...id })
     const sent: Sent = { at: performance.now(), wall: Date.now() }
     let found: Awaited<ReturnType<ReservationProtocol['inspect']>>
     try {
@@ -362,11 +366,11 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     if (found.kind === 'finished')
       return answerFinished(id, claim.request.fingerprint, remember(id, found.row, sent), true)
     if (found.kind === 'mismatch') {
-      emit({ type: 'mismatch', ...id })
+      emit?.({ type: 'mismatch', ...id })
       return { kind: 'mismatch' }
     }
     const retryAfterMs = found.kind === 'busy' ? found.retryAfterMs : 1_000
-    emit({ type: 'conflict', retryAfterMs, ...id })
+    emit?.({ type: 'conflict', retryAfterMs, ...id })
     return { kind: 'in_progress', retryAfterMs, fencedOut: true }
   }
 
@@ -394,10 +398,10 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       case 'finished':
         return answerFinished(id, input.fingerprint, remember(id, found.row, sent), false)
       case 'mismatch':
-        emit({ type: 'mismatch', ...id })
+        emit?.({ type: 'mismatch', ...id })
         return { kind: 'mismatch' }
       case 'busy':
-        emit({ type: 'conflict', retryAfterMs: found.retryAfterMs, ...id })
+        emit?.({ type: 'conflict', retryAfterMs: found.retryAfterMs, ...id })
         return { kind: 'in_progress', retryAfterMs: found.retryAfterMs, fencedOut: false }
       case 'free':
         return null
@@ -432,7 +436,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       if (running) return
       running = true
       reap(reaperOptions)
-        .catch((error) => emit({ type: 'store_error', error }))
+        .catch((error) => emit?.({ type: 'store_error', error }))
         .finally(() => {
           running = false
         })

@@ -33,7 +33,9 @@ export const FORBIDDEN_REPLAY_HEADERS: ReadonlySet<string> = new Set([
 /** Turns what a handler returned into exact bytes and the allowlisted headers. */
 export function normalizeResponse(response: HandlerResponse, allowlist: ReadonlySet<string>): StoredResponse {
   const headers: Record<string, string> = {}
-  for (const [name, value] of Object.entries(response.headers ?? {})) {
+  const given = response.headers
+  for (const name in given) {
+    const value = given[name]
     const lower = name.toLowerCase()
     if (value === undefined || !allowlist.has(lower)) continue
     headers[lower] = Array.isArray(value) ? value.join(', ') : String(value)
