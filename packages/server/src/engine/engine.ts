@@ -12,6 +12,7 @@ import { lockReservation } from '../store/lock-reservation.js'
 import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
 import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
+import { ENGINE_SIGNALS, type EngineSignal, type Observable } from '../hooks.js'
 import { rowReservation } from '../store/row-reservation.js'
 import { verifyStore } from '../store/verify.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
@@ -110,12 +111,24 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   const store = resolveStore(options.store)
   const { pool } = store
   const hooks = faults.hooks ?? {}
+  // Observers attached through ENGINE_SIGNALS (`@oncely/server/otel`): none unless telemetry is installed.
+  const observers = new Set<(signal: EngineSignal) => void>()
+  const signal = (event: EngineSignal) => {
+    for (const observe of observers) {
+      try {
+        observe(event)
+      } catch {
+        // An observer must not change the outcome of an execution.
+      }
+    }
+  }
   const emit = (event: EngineEvent) => {
     try {
       options.onEvent?.(event)
     } catch {
       // An observer must not change the outcome of an execution.
     }
+    if (observers.size > 0) signal(event)
   }
   onPoolError(pool, (error) => emit({ type: 'store_error', error }))
 
@@ -416,12 +429,19 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   async function reap(reapOptions: ReapOptions = {}): Promise<number> {
     const batchSize = positiveInteger('batchSize', reapOptions.batchSize ?? 1_000)
     const maxBatches = positiveInteger('maxBatches', reapOptions.maxBatches ?? 100)
+    const started = performance.now()
     let total = 0
-    for (let batch = 0; batch < maxBatches; batch++) {
-      const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
-      total += deleted
-      if (deleted < batchSize) break
+    try {
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
+        total += deleted
+        if (deleted < batchSize) break
+      }
+    } catch (error) {
+      signal({ type: 'reaped', deleted: total, durationMs: performance.now() - started, error })
+      throw error
     }
+    signal({ type: 'reaped', deleted: total, durationMs: performance.now() - started })
     return total
   }
 
@@ -441,7 +461,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     return () => clearInterval(timer)
   }
 
-  return {
+  const engine: Engine & Required<Observable> = {
     execute,
     peek,
     forget,
@@ -454,5 +474,10 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       maxResponseBytes: config.maxResponseBytes,
       reservation: config.reservation,
     },
+    [ENGINE_SIGNALS]: (observer) => {
+      observers.add(observer)
+      return () => observers.delete(observer)
+    },
   }
+  return engine
 }
