@@ -180,7 +180,16 @@ export function markdown(report: BenchReport): string {
   if (report.otel.length > 0) {
     parts.push(
       `\n**oncely+otel** (\`@oncely/server/otel\` against the bare engine, adjacent pairs, median over rounds)\n\n${table(
-        ['setup', 'path', 'shape', 'throughput ratio', 'per-round ratios', 'bare req/s', 'instrumented req/s', 'added p50 ms'],
+        [
+          'setup',
+          'path',
+          'shape',
+          'throughput ratio',
+          'per-round ratios',
+          'bare req/s',
+          'instrumented req/s',
+          'added p50 ms',
+        ],
         report.otel.map((o) => [
           o.setup === 'sdk' ? 'SDK recording everything' : 'no SDK registered',
           o.path,

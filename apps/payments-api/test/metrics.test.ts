@@ -17,7 +17,8 @@ afterAll(() => db?.drop())
 function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`)) continue
-    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) return Number(line.split(' ').at(-1))
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`)))
+      return Number(line.split(' ').at(-1))
   }
   return undefined
 }
@@ -39,7 +40,9 @@ it('serves requests by outcome, durations and keys in progress in the Prometheus
     expect(sample(text, 'oncely_server_requests_total', { ...operation, oncely_outcome: 'executed' })).toBe(1)
     expect(sample(text, 'oncely_server_requests_total', { ...operation, oncely_outcome: 'replayed' })).toBe(1)
     expect(sample(text, 'oncely_server_requests_total', { ...operation, oncely_outcome: 'mismatch' })).toBe(1)
-    expect(sample(text, 'oncely_server_request_duration_count', { ...operation, oncely_outcome: 'executed' })).toBe(1)
+    expect(
+      sample(text, 'oncely_server_request_duration_count', { ...operation, oncely_outcome: 'executed' }),
+    ).toBe(1)
     expect(sample(text, 'oncely_server_active_executions', operation)).toBe(0)
     // Never the tenant or the key.
     expect(text).not.toContain('acme')

@@ -1,16 +1,21 @@
+import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { idempotency } from '@oncely/server/fastify'
+import { instrumentEngine } from '@oncely/server/otel'
 import { context, propagation } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core'
 import {
   AggregationTemporality,
   MeterProvider,
-  type PushMetricExporter,
   PeriodicExportingMetricReader,
+  type PushMetricExporter,
 } from '@opentelemetry/sdk-metrics'
-import { AlwaysOnSampler, BatchSpanProcessor, type SpanExporter, TracerProvider } from '@opentelemetry/sdk-trace'
-import { createEngine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
-import { instrumentEngine } from '@oncely/server/otel'
+import {
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  type SpanExporter,
+  TracerProvider,
+} from '@opentelemetry/sdk-trace'
 import { insertEntry, type Transfer } from './ledger.js'
 import { ONCELY_SCHEMA } from './oncely.js'
 import type { Variant } from './variant.js'
@@ -49,7 +54,10 @@ function variant(name: string, sdk: boolean): Variant {
       : "oncely (reservation: 'lock') instrumented with @oncely/server/otel, no SDK registered",
     async setup(scope, { pool }) {
       await migrate(pool, { schema: ONCELY_SCHEMA })
-      const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }), reservation: 'lock' })
+      const engine = createEngine({
+        store: postgresStore({ pool, schema: ONCELY_SCHEMA }),
+        reservation: 'lock',
+      })
       let close = async () => {}
       let telemetry = {}
       if (sdk) {
@@ -58,7 +66,9 @@ function variant(name: string, sdk: boolean): Variant {
           spanProcessors: [new BatchSpanProcessor({ exporter: spans })],
         })
         const meterProvider = new MeterProvider({
-          readers: [new PeriodicExportingMetricReader({ exporter: metricsSink, exportIntervalMillis: 10_000 })],
+          readers: [
+            new PeriodicExportingMetricReader({ exporter: metricsSink, exportIntervalMillis: 10_000 }),
+          ],
         })
         telemetry = { tracerProvider, meterProvider }
         close = async () => {
@@ -66,7 +76,10 @@ function variant(name: string, sdk: boolean): Variant {
           await meterProvider.shutdown()
         }
       }
-      await scope.register(idempotency, { engine: instrumentEngine(engine, telemetry), tenant: () => 'bench' })
+      await scope.register(idempotency, {
+        engine: instrumentEngine(engine, telemetry),
+        tenant: () => 'bench',
+      })
       scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
         '/ledger',
         { config: { idempotency: { required: true } } },

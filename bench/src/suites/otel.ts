@@ -37,7 +37,11 @@ export async function otelCost(options: {
 }): Promise<OtelCost[]> {
   const results: OtelCost[] = []
   const setups = [
-    { setup: 'sdk' as const, variant: 'oncely-otel', env: { BENCH_OTEL_CONTEXT: '1' } as Record<string, string> },
+    {
+      setup: 'sdk' as const,
+      variant: 'oncely-otel',
+      env: { BENCH_OTEL_CONTEXT: '1' } as Record<string, string>,
+    },
     { setup: 'noop' as const, variant: 'oncely-otel-noop', env: {} as Record<string, string> },
   ]
   for (const { setup, variant, env } of setups) {
@@ -51,18 +55,31 @@ export async function otelCost(options: {
     try {
       const bare = server.urls['oncely-lock']
       const instrumented = server.urls[variant]
-      if (!bare || !instrumented) throw new Error(`otel: a variant did not start: ${JSON.stringify(server.failed)}`)
+      if (!bare || !instrumented)
+        throw new Error(`otel: a variant did not start: ${JSON.stringify(server.failed)}`)
       const shape = `c${options.connections}`
-      options.log(`\notel (${setup}): oncely-lock vs ${variant}, ${shape}, ${options.amount} requests per run`)
+      options.log(
+        `\notel (${setup}): oncely-lock vs ${variant}, ${shape}, ${options.amount} requests per run`,
+      )
       for (const url of [bare, instrumented])
-        await load({ url, connections: options.connections, amount: options.warmup, nextKey: keySequence(prefix('warm')) })
+        await load({
+          url,
+          connections: options.connections,
+          amount: options.warmup,
+          nextKey: keySequence(prefix('warm')),
+        })
       for (const path of ['first', 'replay'] as const) {
         const pairs: Array<{ bare: LoadResult; instrumented: LoadResult }> = []
         for (let round = 0; round < options.rounds; round++) {
           const run = async (url: string) => {
             const keys = prefix(path)
             if (path === 'replay') {
-              await load({ url, connections: options.connections, amount: options.amount, nextKey: keySequence(keys, options.amount) })
+              await load({
+                url,
+                connections: options.connections,
+                amount: options.amount,
+                nextKey: keySequence(keys, options.amount),
+              })
             }
             return load({
               url,
@@ -100,4 +117,3 @@ export async function otelCost(options: {
   }
   return results
 }
-

@@ -1,9 +1,10 @@
 // The client's OpenTelemetry instrumentation on the SDK's in-memory exporters: a span per intent with one child per
 // attempt, each attempt carrying its own traceparent; exact metric counts; and end to end, the server's spans join
 // the client's trace (a real Fastify server with @oncely/server/otel behind OpenTelemetry's HTTP instrumentation).
+
+import { readFileSync } from 'node:fs'
 import { createServer, type IncomingMessage } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { readFileSync } from 'node:fs'
 import { context, propagation, SpanKind, SpanStatusCode } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
@@ -15,27 +16,38 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics'
-import { InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace'
+import {
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+  TracerProvider,
+} from '@opentelemetry/sdk-trace'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createClient, memoryStore } from '../src/index.js'
 import { instrumentClient, VERSION } from '../src/otel/index.js'
 
 // The HTTP instrumentation patches node:http, so it is enabled before anything below loads Fastify.
 const spanExporter = new InMemorySpanExporter()
-const tracerProvider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: spanExporter })] })
+const tracerProvider = new TracerProvider({
+  spanProcessors: [new SimpleSpanProcessor({ exporter: spanExporter })],
+})
 const http = new HttpInstrumentation()
 http.setTracerProvider(tracerProvider)
 http.enable()
 context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
 propagation.setGlobalPropagator(new W3CTraceContextPropagator())
 const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE)
-const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 })
+const reader = new PeriodicExportingMetricReader({
+  exporter: metricExporter,
+  exportIntervalMillis: 3_600_000,
+})
 const meterProvider = new MeterProvider({ readers: [reader] })
 const telemetry = { tracerProvider, meterProvider }
 
 const parentOf = (span: ReadableSpan) =>
   (span as ReadableSpan & { parentSpanContext?: { spanId: string } }).parentSpanContext?.spanId
-const ours = () => spanExporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === '@oncely/client')
+const ours = () =>
+  spanExporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === '@oncely/client')
 
 async function total(name: string, match: Record<string, unknown> = {}): Promise<number> {
   metricExporter.reset()
@@ -152,7 +164,11 @@ describe('spans and metrics of one intent', () => {
     expect(await total('oncely.client.resumes', { 'oncely.outcome': 'settled' })).toBe(1)
     const intent = ours().find((s) => s.name === 'oncely.intent POST')!
     expect(intent.attributes).toMatchObject({ 'oncely.resumed': true, 'oncely.outcome': 'settled' })
-    expect(ours().filter((s) => s.kind === SpanKind.CLIENT).every((s) => parentOf(s) === intent.spanContext().spanId)).toBe(true)
+    expect(
+      ours()
+        .filter((s) => s.kind === SpanKind.CLIENT)
+        .every((s) => parentOf(s) === intent.spanContext().spanId),
+    ).toBe(true)
     await client.close()
   })
 
@@ -172,7 +188,9 @@ describe('spans and metrics of one intent', () => {
 
   it('checks its arguments and names its scope after the package version', () => {
     expect(() => instrumentClient(undefined as never, { baseUrl: url })).toThrow(/`create`/)
-    expect(() => instrumentClient(createClient, { baseUrl: url }, { recordKey: 1 as never })).toThrow(/`recordKey`/)
+    expect(() => instrumentClient(createClient, { baseUrl: url }, { recordKey: 1 as never })).toThrow(
+      /`recordKey`/,
+    )
     const manifest = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
     expect(VERSION).toBe(manifest.version)
   })
@@ -207,7 +225,9 @@ describe('end to end', () => {
 
       const spans = spanExporter.getFinishedSpans()
       const intent = spans.find((s) => s.name === 'oncely.intent POST')!
-      const attempt = spans.find((s) => s.instrumentationScope.name === '@oncely/client' && s.kind === SpanKind.CLIENT)!
+      const attempt = spans.find(
+        (s) => s.instrumentationScope.name === '@oncely/client' && s.kind === SpanKind.CLIENT,
+      )!
       const execution = spans.find((s) => s.instrumentationScope.name === '@oncely/server')!
       const incoming = spans.find(
         (s) => s.kind === SpanKind.SERVER && s.instrumentationScope.name.includes('instrumentation-http'),
@@ -215,7 +235,8 @@ describe('end to end', () => {
       expect(execution.name).toBe('oncely POST /v1/payments')
       expect(execution.attributes).toMatchObject({ 'oncely.outcome': 'executed' })
       // One trace: the client's intent, its attempt, the server's HTTP span, the engine's execution.
-      for (const span of [attempt, incoming, execution]) expect(span.spanContext().traceId).toBe(intent.spanContext().traceId)
+      for (const span of [attempt, incoming, execution])
+        expect(span.spanContext().traceId).toBe(intent.spanContext().traceId)
       expect(parentOf(execution)).toBe(incoming.spanContext().spanId)
       // The HTTP instrumentation's client span (Node's fetch is not node:http, so there is none) or ours is its parent.
       expect(parentOf(incoming)).toBe(attempt.spanContext().spanId)

@@ -42,7 +42,9 @@ export function traceHeadersFrom(
   let found: Record<string, string> | undefined
   for (const name of TRACE_HEADERS) {
     const value = get(name)
-    if (typeof value === 'string' && value !== '') (found ??= {})[name] = value
+    if (typeof value !== 'string' || value === '') continue
+    found ??= {}
+    found[name] = value
   }
   return found
 }

@@ -65,7 +65,14 @@ interface IntentState {
 
 function instrumentsOf(provider: MeterProvider) {
   const meter = provider.getMeter(INSTRUMENTATION_NAME, VERSION)
-  const seconds = { unit: 's', advice: { explicitBucketBoundaries: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] } }
+  const seconds = {
+    unit: 's',
+    advice: {
+      explicitBucketBoundaries: [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+      ],
+    },
+  }
   return {
     attempts: meter.createCounter('oncely.client.attempts', {
       description: 'Attempts sent (each carries the same Idempotency-Key as the others of its intent).',
@@ -81,7 +88,8 @@ function instrumentsOf(provider: MeterProvider) {
       ...seconds,
     }),
     intents: meter.createCounter('oncely.client.intents', {
-      description: 'Intents that ended a run, by outcome (`oncely.outcome`: settled, failed, pending, expired).',
+      description:
+        'Intents that ended a run, by outcome (`oncely.outcome`: settled, failed, pending, expired).',
       unit: '{intent}',
     }),
     resumes: meter.createCounter('oncely.client.resumes', {
@@ -296,7 +304,9 @@ export function instrumentClient(
     }),
   )
   client.on('expired', ({ id }) =>
-    finish(id, 'expired', (span) => span.setStatus({ code: SpanStatusCode.ERROR, message: 'intent expired' })),
+    finish(id, 'expired', (span) =>
+      span.setStatus({ code: SpanStatusCode.ERROR, message: 'intent expired' }),
+    ),
   )
   client.on('resumed', ({ outcome }) => meter.resumes.add(1, { 'oncely.outcome': outcome }))
 

@@ -129,7 +129,7 @@ export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions
   if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
   const telemetry = resolveTelemetry(options)
   installOutboxPropagation()
-  const { tracer, instruments, recordScope, recordKey } = telemetry
+  const { tracer, instruments, recordScope } = telemetry
   const protocol = engine.options.reservation
   const attributes = new AttributeCache()
 
@@ -295,7 +295,10 @@ function onSignal(signal: EngineSignal, telemetry: ServerTelemetry, protocol: st
     const end = performance.timeOrigin + performance.now()
     const span = tracer.startSpan(
       'oncely reap',
-      { startTime: end - signal.durationMs, attributes: { ...attributes, 'oncely.reaper.deleted': signal.deleted } },
+      {
+        startTime: end - signal.durationMs,
+        attributes: { ...attributes, 'oncely.reaper.deleted': signal.deleted },
+      },
       ROOT_CONTEXT,
     )
     if (signal.error !== undefined && span.isRecording()) {
@@ -314,7 +317,7 @@ function onSignal(signal: EngineSignal, telemetry: ServerTelemetry, protocol: st
   }
   // The execution this signal belongs to, when it runs in this process under this wrapper.
   const execution = context.active().getValue(EXECUTION) as Execution | undefined
-  if (!execution || !execution.span.isRecording()) return
+  if (!execution?.span.isRecording()) return
   const { input, span } = execution
   if (signal.scope !== input.scope || signal.operation !== input.operation || signal.key !== input.key) return
   switch (signal.type) {

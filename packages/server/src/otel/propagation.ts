@@ -5,8 +5,7 @@ import { setOutboxTraceInjector } from '../hooks.js'
 function activeTraceHeaders(): Record<string, string> | undefined {
   const carrier: Record<string, string> = {}
   propagation.inject(context.active(), carrier)
-  for (const _ in carrier) return carrier
-  return undefined
+  return Object.keys(carrier).length > 0 ? carrier : undefined
 }
 
 /**

@@ -70,9 +70,7 @@ export interface ServerTelemetry {
 }
 
 // Seconds, from a millisecond up: the handler's transaction, a replay from the cache, a bounded wait.
-const DURATION_BUCKETS = [
-  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
-]
+const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 const ROW_BUCKETS = [0, 1, 10, 100, 1_000, 10_000, 100_000]
 
 function createInstruments(meter: Meter): ServerInstruments {
@@ -101,7 +99,8 @@ function createInstruments(meter: Meter): ServerInstruments {
       unit: '{execution}',
     }),
     storeErrors: meter.createCounter('oncely.server.store.errors', {
-      description: 'Errors of the idempotency store, by kind (`error.type`: the SQLSTATE or system error code).',
+      description:
+        'Errors of the idempotency store, by kind (`error.type`: the SQLSTATE or system error code).',
       unit: '{error}',
     }),
     reaperDeleted: meter.createHistogram('oncely.server.reaper.deleted', {

@@ -66,9 +66,19 @@ describe('optional dependencies stay behind their subpath', () => {
   it('no entry but the otel subpath loads @opentelemetry/*', () => {
     const entries = [
       '@oncely/server',
-      ...['fastify', 'express', 'fetch', 'outbox', 'inbox', 'steps', 'webhooks', 'jobs', 'redis', 'nats', 'testing'].map(
-        (s) => `@oncely/server/${s}`,
-      ),
+      ...[
+        'fastify',
+        'express',
+        'fetch',
+        'outbox',
+        'inbox',
+        'steps',
+        'webhooks',
+        'jobs',
+        'redis',
+        'nats',
+        'testing',
+      ].map((s) => `@oncely/server/${s}`),
     ]
     const loaded = specifiersLoadedBy(entries)
     expect(loaded).toContain('@oncely/server/testing')

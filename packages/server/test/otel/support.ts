@@ -24,13 +24,20 @@ export function testSdk() {
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
   propagation.setGlobalPropagator(new W3CTraceContextPropagator())
   const spanExporter = new InMemorySpanExporter()
-  const tracerProvider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: spanExporter })] })
+  const tracerProvider = new TracerProvider({
+    spanProcessors: [new SimpleSpanProcessor({ exporter: spanExporter })],
+  })
   const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE)
-  const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 })
+  const reader = new PeriodicExportingMetricReader({
+    exporter: metricExporter,
+    exportIntervalMillis: 3_600_000,
+  })
   const meterProvider = new MeterProvider({ readers: [reader] })
 
   /** Every data point of `name` after a fresh collection, as `{ attributes, value }`. */
-  async function points(name: string): Promise<Array<{ attributes: Record<string, unknown>; value: unknown }>> {
+  async function points(
+    name: string,
+  ): Promise<Array<{ attributes: Record<string, unknown>; value: unknown }>> {
     metricExporter.reset()
     await reader.forceFlush()
     const out: Array<{ attributes: Record<string, unknown>; value: unknown }> = []

@@ -3,12 +3,12 @@
 // gives exactly the expected counts, spans and parent links, and the instrumented engine answers exactly as the bare
 // one. Runs under both reservation protocols (vitest.config.ts).
 import { readFileSync } from 'node:fs'
-import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import type { TestDatabase } from '@oncely/test-support'
+import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, type Engine, type EngineEvent, postgresStore } from '../../src/index.js'
 import { createInbox } from '../../src/inbox/index.js'
+import { createEngine, type Engine, type EngineEvent, postgresStore } from '../../src/index.js'
 import { instrumentDispatcher, instrumentEngine, VERSION } from '../../src/otel/index.js'
 import { createDispatcher, enqueue, type OutboxMessage } from '../../src/outbox/index.js'
 import {
@@ -16,9 +16,9 @@ import {
   fingerprintOf,
   freshKey,
   gate,
+  pay,
   paymentsFor,
   payRequest,
-  pay,
   reservation,
   setupDatabase,
   sleep,
@@ -71,7 +71,10 @@ describe('the scripted sequence', () => {
     expect(first).toMatchObject({ kind: 'executed', attempt: 1 })
 
     // 2. Its replay, 3. the key reused with another body.
-    expect(await engine.execute(payRequest(tenant, key))).toMatchObject({ kind: 'replayed', fencedOut: false })
+    expect(await engine.execute(payRequest(tenant, key))).toMatchObject({
+      kind: 'replayed',
+      fencedOut: false,
+    })
     expect(
       await engine.execute(payRequest(tenant, key, { fingerprint: fingerprintOf({ other: true }) })),
     ).toMatchObject({ kind: 'mismatch' })
@@ -155,14 +158,19 @@ describe('the scripted sequence', () => {
     ).toMatchObject({ kind: 'executed', status: 'failed_permanent' })
     const nowhere = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', max: 1 })
     nowhere.on('error', () => {})
-    const down = instrumentEngine(createEngine({ store: postgresStore({ pool: nowhere }), reservation }), telemetry())
+    const down = instrumentEngine(
+      createEngine({ store: postgresStore({ pool: nowhere }), reservation }),
+      telemetry(),
+    )
     expect(await down.execute(payRequest(tenant, freshKey('down')))).toMatchObject({ kind: 'unavailable' })
     await nowhere.end()
 
     // 7. The outbox: the lag shows the pending message; one publish.
     const lagBefore = await sdk.points('oncely.server.outbox.lag')
     const recorder = { publish: async (message: OutboxMessage) => void published.push(message) }
-    const dispatcher = createDispatcher(instrumentDispatcher({ pool: db.pool, publisher: recorder }, telemetry()))
+    const dispatcher = createDispatcher(
+      instrumentDispatcher({ pool: db.pool, publisher: recorder }, telemetry()),
+    )
     expect(lagBefore).toHaveLength(0) // no dispatcher was instrumented yet: nothing observed
     expect(await sdk.total('oncely.server.outbox.lag')).toBeGreaterThan(0)
     expect(await dispatcher.dispatchOnce()).toBe(1)
@@ -196,7 +204,11 @@ describe('the scripted sequence', () => {
     })
     expect(await sdk.total('oncely.server.request.duration', { 'oncely.operation': OPERATION })).toBe(12)
     for (const point of await sdk.points('oncely.server.requests')) {
-      expect(Object.keys(point.attributes).sort()).toEqual(['oncely.operation', 'oncely.outcome', 'oncely.protocol'])
+      expect(Object.keys(point.attributes).sort()).toEqual([
+        'oncely.operation',
+        'oncely.outcome',
+        'oncely.protocol',
+      ])
       expect(point.attributes['oncely.protocol']).toBe(reservation)
     }
     expect(await sdk.total('oncely.server.duplicate.wait.duration')).toBe(1)
@@ -296,7 +308,10 @@ describe('the scripted sequence', () => {
     }
     expect(processed.map((s) => s.attributes['oncely.inbox.result'])).toEqual(['processed', 'duplicate'])
     const inboxCount = (result: string) =>
-      sdk.total('oncely.server.inbox.messages', { 'oncely.inbox.result': result, 'messaging.consumer.group.name': 'billing' })
+      sdk.total('oncely.server.inbox.messages', {
+        'oncely.inbox.result': result,
+        'messaging.consumer.group.name': 'billing',
+      })
     expect(await inboxCount('processed')).toBe(1)
     expect(await inboxCount('duplicate')).toBe(1)
     published = []
@@ -357,9 +372,11 @@ describe('what instrumentation must not do', () => {
 
   it('checks its options', () => {
     expect(() => instrumentEngine({} as Engine)).toThrow(/`engine`/)
-    expect(() => instrumentEngine(createEngine({ store: postgresStore({ pool: db.pool }) }), { recordKey: 'yes' as never })).toThrow(
-      /`recordKey`/,
-    )
+    expect(() =>
+      instrumentEngine(createEngine({ store: postgresStore({ pool: db.pool }) }), {
+        recordKey: 'yes' as never,
+      }),
+    ).toThrow(/`recordKey`/)
   })
 
   it('names its tracer and meter after the package version', () => {
