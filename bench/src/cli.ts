@@ -50,6 +50,7 @@ const report: BenchReport = {
   resume: [],
   scale: [],
   cpu: [],
+  otel: [],
   targets: [],
 }
 await db.pool.query(LEDGER_SCHEMA)
@@ -175,6 +176,20 @@ try {
         log,
       })
     }
+  }
+  if (options.suites.has('otel')) {
+    const { otelCost } = await import('./suites/otel.js')
+    report.otel = await otelCost({
+      databaseUrl: db.url,
+      redisUrl: options.redisUrl,
+      poolSize: POOL_SIZE,
+      // Several alternating pairs even in --quick: a 5% bound needs more than three runs to be read.
+      rounds: Math.max(mode.rounds, 5),
+      connections: 10,
+      amount: mode.c10,
+      warmup: mode.warmup,
+      log,
+    })
   }
 } finally {
   await server.stop()

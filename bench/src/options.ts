@@ -19,7 +19,7 @@ export interface BenchOptions {
   intents: number
 }
 
-export const SUITES = ['server', 'storm', 'client', 'client-browser', 'scale', 'cpu'] as const
+export const SUITES = ['server', 'storm', 'client', 'client-browser', 'scale', 'cpu', 'otel'] as const
 export type Suite = (typeof SUITES)[number]
 export const VARIANTS = [
   'baseline',
@@ -34,13 +34,14 @@ export const VARIANTS = [
   'powertools-redis',
 ]
 
-export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale] [--variants a,b]
+export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale,cpu,otel] [--variants a,b]
 
   --quick           short runs (3 rounds), no 1M/10M-row scale runs
   --json <file>     write the ratios and targets as JSON
   --suites <list>   run only these suites (default: all; client-browser needs Chromium, and with scale it
                     also times resume() of --intents intents in indexedDbStore; cpu splits each first
-                    execution's CPU between the server, Postgres and the load generator, Linux only)
+                    execution's CPU between the server, Postgres and the load generator, Linux only;
+                    otel measures @oncely/server/otel against the bare engine in a process of its own)
   --variants <list> start only these server variants (baseline is always started)
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)

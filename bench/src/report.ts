@@ -4,6 +4,7 @@ import { round } from './stats.js'
 import type { ClientSummary } from './suites/client.js'
 import type { ScenarioSummary } from './suites/compare.js'
 import type { CpuSplit } from './suites/cpu.js'
+import type { OtelCost } from './suites/otel.js'
 import type { ReaperResult, ResumeResult } from './suites/scale.js'
 import type { StormResult } from './suites/storm.js'
 import type { Target } from './targets.js'
@@ -23,6 +24,8 @@ export interface BenchReport {
   scale: ScenarioSummary[]
   /** CPU per first-execution request by process (suite `cpu`). */
   cpu: CpuSplit[]
+  /** @oncely/server/otel against the bare engine (suite `otel`). */
+  otel: OtelCost[]
   targets: Target[]
 }
 
@@ -174,6 +177,32 @@ export function markdown(report: BenchReport): string {
       )}`,
     )
   }
+  if (report.otel.length > 0) {
+    parts.push(
+      `\n**oncely+otel** (\`@oncely/server/otel\` against the bare engine, adjacent pairs, median over rounds)\n\n${table(
+        [
+          'setup',
+          'path',
+          'shape',
+          'throughput ratio',
+          'per-round ratios',
+          'bare req/s',
+          'instrumented req/s',
+          'added p50 ms',
+        ],
+        report.otel.map((o) => [
+          o.setup === 'sdk' ? 'SDK recording everything' : 'no SDK registered',
+          o.path,
+          o.shape,
+          `${o.throughputRatio.toFixed(3)}x`,
+          o.ratios.map((r) => r.toFixed(3)).join(', '),
+          o.bareRps.toFixed(0),
+          o.instrumentedRps.toFixed(0),
+          ms(o.addedP50Ms),
+        ]),
+      )}`,
+    )
+  }
   parts.push(
     `\n**targets**\n\n${table(
       ['target', 'goal', 'measured', 'met'],
@@ -239,6 +268,14 @@ export function summary(report: BenchReport): unknown {
       postgresUs: round(c.postgresUs, 0),
       loadUs: round(c.loadUs, 0),
       rps: round(c.rps, 0),
+    })),
+    otel: report.otel.map((o) => ({
+      ...o,
+      throughputRatio: round(o.throughputRatio),
+      ratios: o.ratios.map((r) => round(r)),
+      bareRps: round(o.bareRps, 0),
+      instrumentedRps: round(o.instrumentedRps, 0),
+      addedP50Ms: round(o.addedP50Ms),
     })),
     targets: report.targets,
   }

@@ -158,5 +158,22 @@ export function evaluateTargets(report: BenchReport): Target[] {
       })
     }
   }
+  // @oncely/server/otel, recording everything into an SDK, against the bare engine in the same process.
+  for (const path of ['first', 'replay'] as const) {
+    const cost = report.otel.find((o) => o.setup === 'sdk' && o.path === path)
+    targets.push({
+      name: `oncely+otel throughput, ${path} path, 10 connections, SDK recording every span and metric`,
+      goal: '>= 0.95x the bare engine req/s',
+      measured: cost ? `${cost.throughputRatio.toFixed(3)}x` : 'not measured',
+      met: cost ? cost.throughputRatio >= 0.95 : null,
+    })
+  }
+  const noop = report.otel.find((o) => o.setup === 'noop' && o.path === 'first')
+  targets.push({
+    name: 'oncely+otel throughput with no SDK registered, first path, 10 connections',
+    goal: '>= 0.98x the bare engine req/s',
+    measured: noop ? `${noop.throughputRatio.toFixed(3)}x` : 'not measured',
+    met: noop ? noop.throughputRatio >= 0.98 : null,
+  })
   return targets
 }

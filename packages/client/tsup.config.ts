@@ -7,6 +7,8 @@ const entry = {
   idb: 'src/stores/idb.ts',
   node: 'src/stores/node.ts',
   'react-native': 'src/stores/async-storage.ts',
+  // OpenTelemetry (the optional peer @opentelemetry/api stays external).
+  otel: 'src/otel/index.ts',
 }
 
 const common: Options = {

@@ -13,6 +13,7 @@ export default defineConfig({
     nats: 'src/nats/index.ts',
     webhooks: 'src/webhooks/index.ts',
     jobs: 'src/jobs/index.ts',
+    otel: 'src/otel/index.ts',
     testing: 'src/testing/index.ts',
   },
   format: ['esm', 'cjs'],

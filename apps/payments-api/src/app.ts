@@ -11,6 +11,7 @@ import {
   postgresStore,
 } from '@oncely/server'
 import { idempotency } from '@oncely/server/fastify'
+import { instrumentEngine } from '@oncely/server/otel'
 import { createEngineForTesting } from '@oncely/server/testing'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type pg from 'pg'
@@ -19,6 +20,7 @@ import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
 import { PAYMENT_PER_CHARGE } from './ledger.js'
+import { createMetrics, type Metrics, registerMetricsRoute } from './metrics.js'
 import { createPaymentHandler } from './payment-steps.js'
 import { registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
@@ -62,6 +64,11 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger']
   /** Receives the engine's events (reserved, replayed, takeover, ...), for logs and tests. */
   onEvent?: (event: EngineEvent) => void
+  /**
+   * The metrics served at `GET /metrics` (Prometheus text), or `false` for none.
+   * @default createMetrics(): a MeterProvider of this app's own, read by the Prometheus exporter
+   */
+  metrics?: Metrics | false
 }
 
 /**
@@ -89,13 +96,15 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Chaos only: without its natural key, the ledger books whatever reaches it (recordPayment always inserts).
   if (chaos?.disableBackstop)
     await pool.query(`ALTER TABLE payments DROP CONSTRAINT IF EXISTS ${PAYMENT_PER_CHARGE}`)
+  const metrics = options.metrics === false ? undefined : (options.metrics ?? createMetrics())
   const execution = chaos?.disableIdempotency
     ? withoutIdempotency(pool)
-    : await withIdempotency(app, createPaymentsEngine(app, options, faults))
+    : await withIdempotency(app, createPaymentsEngine(app, options, faults, metrics))
 
   const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
   registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
+  if (metrics) registerMetricsRoute(app, metrics)
   registerLedgerRoute(app, pool)
   if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
 
@@ -106,7 +115,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   return app
 }
 
-function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults: Faults): Engine {
+function createPaymentsEngine(
+  app: FastifyInstance,
+  options: AppOptions,
+  faults: Faults,
+  metrics: Metrics | undefined,
+): Engine {
   const engineOptions: EngineOptions = {
     store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
     leaseMs: options.leaseMs ?? 30_000,
@@ -132,7 +146,8 @@ function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults:
       : createEngine(engineOptions)
   const stopReaper = engine.startReaper()
   app.addHook('onClose', async () => stopReaper())
-  return engine
+  // Requests by outcome, durations, takeovers, keys in progress, store errors and reaper runs, at GET /metrics.
+  return metrics ? instrumentEngine(engine, { meterProvider: metrics.meterProvider }) : engine
 }
 
 async function withIdempotency(app: FastifyInstance, engine: Engine): Promise<PaymentExecutionSource> {

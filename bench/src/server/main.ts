@@ -12,6 +12,9 @@ const loaders: Record<string, () => Promise<Variant>> = {
   'oncely-row-nocache': async () => (await import('./oncely.js')).oncelyRowNoCache,
   'oncely-lock': async () => (await import('./oncely.js')).oncelyLock,
   'oncely-lock-nocache': async () => (await import('./oncely.js')).oncelyLockNoCache,
+  // Started by the otel suite in a server process of its own (see suites/otel.ts).
+  'oncely-otel': async () => (await import('./otel.js')).oncelyOtel,
+  'oncely-otel-noop': async () => (await import('./otel.js')).oncelyOtelNoop,
   'sql-floor': async () => (await import('./sql-floor.js')).sqlFloor,
   'engine-floor': async () => (await import('./oncely.js')).oncelyEngineOnly,
   'node-idempotency-pg': async () => (await import('./node-idempotency.js')).nodeIdempotencyPostgres,
@@ -19,7 +22,10 @@ const loaders: Record<string, () => Promise<Variant>> = {
   'powertools-redis': async () => (await import('./powertools.js')).powertools,
 }
 
-const VARIANT_NAMES = Object.keys(loaders)
+const VARIANT_NAMES = Object.keys(loaders).filter((name) => !name.startsWith('oncely-otel'))
+
+// The otel suite's process: OpenTelemetry's context manager and propagator, as the Node SDK registers them.
+if (process.env.BENCH_OTEL_CONTEXT === '1') (await import('./otel.js')).registerOtelContext()
 
 const databaseUrl = process.env.BENCH_DATABASE_URL
 if (!databaseUrl) throw new Error('BENCH_DATABASE_URL is required')

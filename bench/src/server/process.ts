@@ -20,6 +20,8 @@ export async function startServer(options: {
   redisUrl: string
   poolSize: number
   variants: readonly string[]
+  /** Extra environment for the server process. */
+  env?: Record<string, string>
 }): Promise<BenchServer> {
   // BENCH_SERVER_NODE_ARGS adds Node flags to the server process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? []
@@ -34,6 +36,7 @@ export async function startServer(options: {
       BENCH_REDIS_URL: options.redisUrl,
       BENCH_POOL_SIZE: String(options.poolSize),
       BENCH_VARIANTS: options.variants.join(','),
+      ...options.env,
     },
   })
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))

@@ -50,3 +50,18 @@ it.each([
   const { inputs } = await bundle(contents, platform)
   expect(inputs.filter((input) => /idb|indexeddb/i.test(input))).toEqual([])
 })
+
+// OpenTelemetry is an optional peer: only `@oncely/client/otel` imports it, never a main entry or a store.
+it.each([
+  ['the main entry', "export * from './src/index.ts'", 'node'],
+  ['the browser entry', "export * from './src/index.browser.ts'", 'browser'],
+  ['the stores', "export * from './src/stores/idb.ts'\nexport * from './src/stores/node.ts'", 'node'],
+] as const)('%s loads nothing of @opentelemetry', async (_name, contents, platform) => {
+  const { inputs } = await bundle(contents, platform)
+  expect(inputs.some((input) => input.includes('@opentelemetry'))).toBe(false)
+})
+
+it('the otel entry does load @opentelemetry/api (so the check above can fail)', async () => {
+  const { inputs } = await bundle("export * from './src/otel/index.ts'", 'neutral')
+  expect(inputs.some((input) => input.includes('@opentelemetry/api'))).toBe(true)
+})

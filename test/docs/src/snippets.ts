@@ -4,10 +4,11 @@
 //
 //   <!-- snippet: server -->                      runs until it listens on $PORT, then is stopped
 //   <!-- snippet: compile-only: <reason> -->      compiled, not run (browser or React Native code)
-//   <!-- snippet: skip: <reason> -->              neither (reported by the test, so it stays visible)
+//
+// There is no way to skip an example: one that cannot run in Node is compiled at least.
 
 /** What the harness does with one example. */
-export type SnippetMode = 'run' | 'server' | 'compile-only' | 'skip'
+export type SnippetMode = 'run' | 'server' | 'compile-only'
 
 export interface Snippet {
   /** The Markdown file, relative to the repository root. */
@@ -17,7 +18,7 @@ export interface Snippet {
   lang: 'ts' | 'tsx'
   code: string
   mode: SnippetMode
-  /** Why the example is not run (compile-only and skip). */
+  /** Why the example is not run (compile-only). */
   reason?: string
   /** A file-system-safe unique name, such as `packages-server-README-L14`. */
   name: string
@@ -33,7 +34,7 @@ function parseDirective(text: string, where: string): { mode: SnippetMode; reaso
   const mode = match[1] as SnippetMode
   const reason = match[2]?.trim() || undefined
   if (mode === 'run' || mode === 'server') return { mode }
-  if (mode === 'compile-only' || mode === 'skip') {
+  if (mode === 'compile-only') {
     if (!reason) throw new Error(`${where}: \`snippet: ${mode}\` needs a reason after a colon`)
     return { mode, reason }
   }

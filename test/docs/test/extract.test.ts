@@ -40,9 +40,12 @@ describe('extractSnippets', () => {
     expect(extractSnippets(md('````md', '```ts', 'x', '```', '````'), 'R.md')).toEqual([])
   })
 
-  it('refuses a directive without a reason, or an unknown one, naming the file and line', () => {
-    expect(() => extractSnippets(md('<!-- snippet: skip -->', '```ts', 'x', '```'), 'R.md')).toThrow(
-      'R.md:1: `snippet: skip` needs a reason',
+  it('refuses a directive without a reason, an unknown one, or a skip, naming the file and line', () => {
+    expect(() => extractSnippets(md('<!-- snippet: compile-only -->', '```ts', 'x', '```'), 'R.md')).toThrow(
+      'R.md:1: `snippet: compile-only` needs a reason',
+    )
+    expect(() => extractSnippets(md('<!-- snippet: skip: later -->', '```ts', 'x', '```'), 'R.md')).toThrow(
+      'unknown snippet mode "skip"',
     )
     expect(() => extractSnippets(md('<!-- snippet: maybe -->', '```ts', 'x', '```'), 'R.md')).toThrow(
       'unknown snippet mode "maybe"',

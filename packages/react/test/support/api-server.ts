@@ -43,7 +43,7 @@ export async function startApiServer(label: string) {
     }
   })
   await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
-  app.post<{ Body: { amount: number; workMs?: number } }>(
+  app.post<{ Body: { amount: number; workMs?: number } }, { idempotency: { required: true } }>(
     '/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {

@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
+import { ENGINE_SIGNALS, type EngineSignal, type Observable } from '../hooks.js'
 import { detectPooler } from '../store/connection.js'
 import { lockReservation } from '../store/lock-reservation.js'
 import { resolveStore } from '../store/postgres-store.js'
@@ -110,17 +111,28 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   const store = resolveStore(options.store)
   const { pool } = store
   const hooks = faults.hooks ?? {}
-  // Undefined without an observer, so `emit?.({...})` does not even build the event on the hot path.
-  const { onEvent } = options
-  const emit = onEvent
-    ? (event: EngineEvent) => {
-        try {
-          onEvent(event)
-        } catch {
-          // An observer must not change the outcome of an execution.
-        }
+  // Observers attached through ENGINE_SIGNALS (`@oncely/server/otel`): none unless telemetry is installed.
+  const observers = new Set<(signal: EngineSignal) => void>()
+  const signal = (event: EngineSignal) => {
+    for (const observe of observers) {
+      try {
+        observe(event)
+      } catch {
+        // An observer must not change the outcome of an execution.
       }
-    : undefined
+    }
+  }
+  const { onEvent } = options
+  const deliver = (event: EngineEvent) => {
+    try {
+      onEvent?.(event)
+    } catch {
+      // An observer must not change the outcome of an execution.
+    }
+    if (observers.size > 0) signal(event)
+  }
+  // Undefined while nobody listens (no onEvent, no observer), so `emit?.({...})` does not even build the event.
+  let emit: ((event: EngineEvent) => void) | undefined = onEvent ? deliver : undefined
   onPoolError(pool, (error) => emit?.({ type: 'store_error', error }))
 
   const protocol: ReservationProtocol =
@@ -420,12 +432,19 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   async function reap(reapOptions: ReapOptions = {}): Promise<number> {
     const batchSize = positiveInteger('batchSize', reapOptions.batchSize ?? 1_000)
     const maxBatches = positiveInteger('maxBatches', reapOptions.maxBatches ?? 100)
+    const started = performance.now()
     let total = 0
-    for (let batch = 0; batch < maxBatches; batch++) {
-      const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
-      total += deleted
-      if (deleted < batchSize) break
+    try {
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
+        total += deleted
+        if (deleted < batchSize) break
+      }
+    } catch (error) {
+      signal({ type: 'reaped', deleted: total, durationMs: performance.now() - started, error })
+      throw error
     }
+    signal({ type: 'reaped', deleted: total, durationMs: performance.now() - started })
     return total
   }
 
@@ -445,7 +464,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     return () => clearInterval(timer)
   }
 
-  return {
+  const engine: Engine & Required<Observable> = {
     execute,
     peek,
     forget,
@@ -458,5 +477,15 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       maxResponseBytes: config.maxResponseBytes,
       reservation: config.reservation,
     },
+    [ENGINE_SIGNALS]: (observer) => {
+      observers.add(observer)
+      emit = deliver
+      return () => {
+        const removed = observers.delete(observer)
+        if (!onEvent && observers.size === 0) emit = undefined
+        return removed
+      }
+    },
   }
+  return engine
 }

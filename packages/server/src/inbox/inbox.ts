@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
-import type { Engine, ErrorClass, Outcome } from '../engine/types.js'
+import type { Engine, ErrorClass, ExecuteInput, Outcome } from '../engine/types.js'
+import { INBOX_DELIVERY, type MarkedInput } from '../hooks.js'
 
 /** What a message handler receives. */
 export interface MessageContext {
@@ -99,6 +100,14 @@ export interface ConsumeInput<T> {
   payload?: Uint8Array | ArrayBuffer | string | object
   /** The effect. Its return value (JSON) is stored and returned to duplicates. */
   handler: (ctx: MessageContext) => Promise<T>
+  /**
+   * The message's headers (lower-case names). Only their W3C trace context (`traceparent`, `tracestate`) is read,
+   * and only by `@oncely/server/otel`: the consumption then continues the producer's trace. The NATS and webhook
+   * adapters pass it for you.
+   * @default none
+   * @example { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
+   */
+  headers?: Readonly<Record<string, string>>
 }
 
 /** A consumer-side inbox. Create with {@link createInbox}. */
@@ -184,7 +193,7 @@ export function createInbox(options: InboxOptions): Inbox {
     }
     if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
     const topic = input.topic ?? 'message'
-    const outcome: Outcome = await engine.execute({
+    const execution: ExecuteInput & MarkedInput = {
       scope: consumer,
       operation: topic,
       key: input.messageId,
@@ -210,7 +219,10 @@ export function createInbox(options: InboxOptions): Inbox {
         })
         return { status: 200, body: result === undefined ? null : JSON.stringify(result) }
       },
-    })
+      // For telemetry only (the engine ignores it): which message this execution consumes.
+      [INBOX_DELIVERY]: { consumer, topic, messageId: input.messageId, headers: input.headers },
+    }
+    const outcome: Outcome = await engine.execute(execution)
     const result = toResult<T>(outcome, failureRetryAfterMs)
     if (result.kind === 'mismatch') report({ type: 'mismatch', consumer, topic, messageId: input.messageId })
     return result

@@ -1,6 +1,7 @@
 import type { JsMsg } from '@nats-io/jetstream'
 import { canonicalJson, type JsonValue, parseStrictJson } from '@oncely/protocol'
 import { positiveInteger } from '../engine/options.js'
+import { traceHeadersFrom } from '../hooks.js'
 import type { ConsumeResult, Inbox, MessageContext } from '../inbox/inbox.js'
 
 /** Options of {@link consumeJetStreamMessage}. */
@@ -92,6 +93,7 @@ export async function consumeJetStreamMessage<T = unknown>(
     // Canonical JSON text hashes like the value it encodes (see `ConsumeInput.payload`).
     payload: json ? canonicalJson(json.value) : msg.data,
     handler: (ctx) => handler(ctx, json ? json.value : msg.data.length === 0 ? undefined : msg.json(), msg),
+    headers: msg.headers ? traceHeadersFrom((name) => msg.headers?.get(name)) : undefined,
   })
   switch (result.kind) {
     case 'processed':

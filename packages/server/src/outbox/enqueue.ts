@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
+import { withTraceContext } from '../hooks.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
 
@@ -14,7 +15,10 @@ export interface EnqueueInput {
    * at a time. Omit it for messages whose order does not matter (they are published in parallel).
    */
   aggregateKey?: string
-  /** String headers handed to the publisher with the message. */
+  /**
+   * String headers handed to the publisher with the message. With `@oncely/server/otel` installed, the active
+   * trace context (`traceparent`, `tracestate`) is added unless given here, so the consumer continues the trace.
+   */
   headers?: Record<string, string>
   /** Your own id for the message (a UUID). @default a random UUID */
   id?: string
@@ -63,7 +67,13 @@ export async function enqueue(
   const aggregateKey = input.aggregateKey ?? null
   if (aggregateKey !== null) await tx.query(q.lockAggregate(table, aggregateKey))
   await tx.query(
-    q.insert(table, channel, { id, topic: input.topic, aggregateKey, payload, headers: input.headers ?? {} }),
+    q.insert(table, channel, {
+      id,
+      topic: input.topic,
+      aggregateKey,
+      payload,
+      headers: withTraceContext(input.headers ?? {}),
+    }),
   )
   return id
 }

@@ -1,4 +1,5 @@
 import type { Engine, ErrorClass } from '../engine/types.js'
+import { traceHeadersFrom } from '../hooks.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
 import { SIGNATURE_HEADER, verifySignature } from './signature.js'
 
@@ -144,6 +145,10 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
         messageId: id,
         topic: 'webhook',
         handler: (ctx) => delivery.handler(event, ctx),
+        headers: traceHeadersFrom((name) => {
+          const value = delivery.headers?.[name]
+          return typeof value === 'string' ? value : undefined
+        }),
       })
     },
   }

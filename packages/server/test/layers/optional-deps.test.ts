@@ -38,6 +38,7 @@ function specifiersLoadedBy(entries: string[]): string[] {
 }
 
 const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
+const telemetry = (specifier: string) => specifier.startsWith('@opentelemetry/')
 const frameworks = (specifier: string) =>
   ['fastify', 'fastify-plugin', 'express', 'hono'].includes(specifier) || specifier.startsWith('@hono/')
 
@@ -60,6 +61,33 @@ describe('optional dependencies stay behind their subpath', () => {
     const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/express', '@oncely/server/fetch'])
     expect(loaded).toContain('@oncely/server/fetch')
     expect(loaded.filter(frameworks)).toEqual([])
+  })
+
+  it('no entry but the otel subpath loads @opentelemetry/*', () => {
+    const entries = [
+      '@oncely/server',
+      ...[
+        'fastify',
+        'express',
+        'fetch',
+        'outbox',
+        'inbox',
+        'steps',
+        'webhooks',
+        'jobs',
+        'redis',
+        'nats',
+        'testing',
+      ].map((s) => `@oncely/server/${s}`),
+    ]
+    const loaded = specifiersLoadedBy(entries)
+    expect(loaded).toContain('@oncely/server/testing')
+    expect(loaded.filter(telemetry)).toEqual([])
+  })
+
+  it('the otel subpath does load @opentelemetry/api, and nothing else of OpenTelemetry (so the check above can fail)', () => {
+    const loaded = new Set(specifiersLoadedBy(['@oncely/server/otel']).filter(telemetry))
+    expect([...loaded]).toEqual(['@opentelemetry/api'])
   })
 
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {

@@ -1,0 +1,98 @@
+import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { idempotency } from '@oncely/server/fastify'
+import { instrumentEngine } from '@oncely/server/otel'
+import { context, propagation } from '@opentelemetry/api'
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
+import { ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core'
+import {
+  AggregationTemporality,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+  type PushMetricExporter,
+} from '@opentelemetry/sdk-metrics'
+import {
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  type SpanExporter,
+  TracerProvider,
+} from '@opentelemetry/sdk-trace'
+import { insertEntry, type Transfer } from './ledger.js'
+import { ONCELY_SCHEMA } from './oncely.js'
+import type { Variant } from './variant.js'
+
+/** Exporters that take everything and keep nothing: the SDK's work is measured, not a collector's. */
+const spans: SpanExporter = {
+  export: (_spans, done) => done({ code: ExportResultCode.SUCCESS }),
+  shutdown: async () => {},
+}
+const metricsSink: PushMetricExporter = {
+  export: (_metrics, done) => done({ code: ExportResultCode.SUCCESS }),
+  forceFlush: async () => {},
+  shutdown: async () => {},
+  selectAggregationTemporality: () => AggregationTemporality.CUMULATIVE,
+}
+
+/**
+ * The process-wide part of an OpenTelemetry setup, as the Node SDK installs it: the AsyncLocalStorage context manager
+ * and the W3C propagator. The otel suite starts a server process of its own with it (BENCH_OTEL_CONTEXT=1), so the
+ * other variants' numbers never carry its cost.
+ */
+export function registerOtelContext(): void {
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator())
+}
+
+/**
+ * `oncely-lock` with `@oncely/server/otel`: every execution sampled into a span (BatchSpanProcessor), every metric
+ * recorded (a reader exporting every 10 s). With `sdk: false`, the instrumentation on the API's no-op providers.
+ */
+function variant(name: string, sdk: boolean): Variant {
+  return {
+    name,
+    description: sdk
+      ? "oncely (reservation: 'lock') instrumented with @oncely/server/otel, spans and metrics recorded by the OpenTelemetry SDK"
+      : "oncely (reservation: 'lock') instrumented with @oncely/server/otel, no SDK registered",
+    async setup(scope, { pool }) {
+      await migrate(pool, { schema: ONCELY_SCHEMA })
+      const engine = createEngine({
+        store: postgresStore({ pool, schema: ONCELY_SCHEMA }),
+        reservation: 'lock',
+      })
+      let close = async () => {}
+      let telemetry = {}
+      if (sdk) {
+        const tracerProvider = new TracerProvider({
+          sampler: new AlwaysOnSampler(),
+          spanProcessors: [new BatchSpanProcessor({ exporter: spans })],
+        })
+        const meterProvider = new MeterProvider({
+          readers: [
+            new PeriodicExportingMetricReader({ exporter: metricsSink, exportIntervalMillis: 10_000 }),
+          ],
+        })
+        telemetry = { tracerProvider, meterProvider }
+        close = async () => {
+          await tracerProvider.shutdown()
+          await meterProvider.shutdown()
+        }
+      }
+      await scope.register(idempotency, {
+        engine: instrumentEngine(engine, telemetry),
+        tenant: () => 'bench',
+      })
+      scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
+        '/ledger',
+        { config: { idempotency: { required: true } } },
+        async (request, reply) => {
+          const { tx, key } = request.idempotency
+          const response = await insertEntry(tx, key, request.body)
+          return reply.code(response.status).send(response.body)
+        },
+      )
+      return close
+    },
+  }
+}
+
+export const oncelyOtel = variant('oncely-otel', true)
+export const oncelyOtelNoop = variant('oncely-otel-noop', false)

@@ -1,0 +1,67 @@
+// Internal seams for `@oncely/server/otel`. Nothing here imports OpenTelemetry, so the main entries never load it.
+// The keys are `Symbol.for(...)`: every bundle of this package (one per entry, ESM and CJS) must agree on them.
+import type { EngineEvent } from './engine/types.js'
+
+/** What an engine tells an attached observer: each of its events, and each reap run (not an `onEvent` event). */
+export type EngineSignal =
+  | EngineEvent
+  | { type: 'reaped'; deleted: number; durationMs: number; error?: unknown }
+
+/**
+ * An engine's observer slot: `engine[ENGINE_SIGNALS](observer)` attaches an observer and returns the detach
+ * function. Set on every engine `createEngine` returns (enumerable, so wrappers that spread the engine keep it).
+ */
+export const ENGINE_SIGNALS: unique symbol = Symbol.for('oncely.server.engine-signals')
+
+export interface Observable {
+  [ENGINE_SIGNALS]?: (observer: (signal: EngineSignal) => void) => () => void
+}
+
+/** An inbox delivery, attached by `createInbox` to the input it hands the engine (the engine ignores it). */
+export const INBOX_DELIVERY: unique symbol = Symbol.for('oncely.server.inbox-delivery')
+
+export interface InboxDelivery {
+  consumer: string
+  topic: string
+  messageId: string
+  /** The message's headers, for its trace context (`traceparent`, `tracestate`). */
+  headers: Readonly<Record<string, string>> | undefined
+}
+
+export interface MarkedInput {
+  [INBOX_DELIVERY]?: InboxDelivery
+}
+
+/** The W3C trace-context headers, the only ones the message adapters carry into `ConsumeInput.headers`. */
+export const TRACE_HEADERS = ['traceparent', 'tracestate'] as const
+
+/** The trace-context headers found by `get` (lower-case names), or `undefined` when there are none. */
+export function traceHeadersFrom(
+  get: (name: string) => string | undefined,
+): Record<string, string> | undefined {
+  let found: Record<string, string> | undefined
+  for (const name of TRACE_HEADERS) {
+    const value = get(name)
+    if (typeof value !== 'string' || value === '') continue
+    found ??= {}
+    found[name] = value
+  }
+  return found
+}
+
+const OUTBOX_TRACE = Symbol.for('oncely.server.outbox-trace')
+type Injector = () => Record<string, string> | undefined
+const slots = globalThis as { [OUTBOX_TRACE]?: Injector }
+
+/** Installs what `enqueue` asks for the active trace context's headers (`@oncely/server/otel` does). */
+export function setOutboxTraceInjector(inject: Injector): void {
+  slots[OUTBOX_TRACE] = inject
+}
+
+/** `headers` plus the active trace context's (when telemetry is installed); the caller's own headers win. */
+export function withTraceContext(headers: Record<string, string>): Record<string, string> {
+  const inject = slots[OUTBOX_TRACE]
+  if (inject === undefined) return headers
+  const trace = inject()
+  return trace === undefined ? headers : { ...trace, ...headers }
+}
