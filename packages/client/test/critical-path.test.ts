@@ -139,7 +139,9 @@ it('answers only once the settled one-off intent is deleted, so no crash after t
     answered = true
     return res
   })
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // Wait for the settle write to start (polled: a loaded machine may take longer than any fixed sleep).
+  for (let i = 0; i < 1_000 && log.at(-1) !== 'delete'; i++)
+    await new Promise((resolve) => setTimeout(resolve, 10))
   expect(log.at(-1)).toBe('delete')
   expect(answered).toBe(false)
   openGate()

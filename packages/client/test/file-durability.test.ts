@@ -247,6 +247,15 @@ it('reads intents written by the previous version of fileStore, and rewrites the
   await store.close?.()
 })
 
+/** Polls `condition` every 10 ms until it holds (or fails the test after 10 s). */
+async function until(condition: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 10_000
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('timed out waiting for the condition')
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
 it('lets another store drive an intent only once its creator let go of it or is gone', async () => {
   const { dir } = await setup()
   const creator = fileStore({ dir })
@@ -259,8 +268,10 @@ it('lets another store drive an intent only once its creator let go of it or is 
         release = resolve
       }),
   )
-  await new Promise((resolve) => setTimeout(resolve, 20))
-  expect((await other.list()).map((r) => r.id)).toEqual(['i1']) // as resume() does, before driving it
+  // As resume() does, before driving it: list, once the creator's write-ahead is there (no fixed sleep: a loaded
+  // machine may take longer than any).
+  await until(async () => (await other.list()).length === 1)
+  expect((await other.list()).map((r) => r.id)).toEqual(['i1'])
   expect(await other.exclusive!('i1', async () => 'other')).toEqual({ acquired: false })
   release()
   await driving
@@ -279,8 +290,7 @@ it('lets another store drive an intent only once its creator let go of it or is 
         releaseThird = resolve
       }),
   )
-  await new Promise((resolve) => setTimeout(resolve, 20))
-  await other.list()
+  await until(async () => (await other.list()).some((r) => r.id === 'i2'))
   expect(await other.exclusive!('i2', async () => 'other')).toEqual({ acquired: false })
   const [ownerFile] = (await readdir(dir)).filter((name) => name.endsWith('.owner'))
   const holder = JSON.parse(await readFile(join(dir, ownerFile!), 'utf8')) as Record<string, unknown>

@@ -107,8 +107,15 @@ describe('fileStore', () => {
     const a = fileStore({ dir })
     const b = fileStore({ dir })
     let release!: () => void
-    const held = a.exclusive!('i1', () => new Promise<string>((resolve) => (release = () => resolve('a'))))
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    let entered!: () => void
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve
+    })
+    const held = a.exclusive!('i1', () => {
+      entered()
+      return new Promise<string>((resolve) => (release = () => resolve('a')))
+    })
+    await inside // a holds the claim now, whatever the machine's load
     expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
     release()
     expect(await held).toEqual({ acquired: true, value: 'a' })
