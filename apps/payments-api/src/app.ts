@@ -18,9 +18,8 @@ import { registerAuth } from './auth.js'
 import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
-import { PAYMENT_PER_CHARGE } from './ledger.js'
 import { createPaymentHandler } from './payment-steps.js'
-import { registerErrorHandler } from './problems.js'
+import { demoProblem, registerErrorHandler, sendProblem } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
@@ -49,6 +48,20 @@ export interface AppOptions {
   retentionMs?: number
   /** The engine's reservation protocol (see `EngineOptions.reservation`). @default 'lock' */
   reservation?: 'row' | 'lock'
+  /**
+   * `pool` reaches Postgres through a pooler in transaction mode (PgBouncer, RDS Proxy...): the idempotency store
+   * sends its statements unnamed (`postgresStore({ preparedStatements: false })`).
+   * @default false
+   */
+  behindTransactionPooler?: boolean
+  /**
+   * What the instance still waits for before it can serve (`main.ts`: the database, while it starts). While it
+   * returns a reason, `/healthz` answers 503 naming it and every other request 503 with `Retry-After: 1`.
+   * @default () => undefined: ready from the start
+   * @example
+   * buildApp({ pool, waitingFor: () => (migrated ? undefined : 'the database') })
+   */
+  waitingFor?: () => string | undefined
   /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
   chaos?: ChaosConfig
   /** Replaces the faults built from `chaos`, for tests. */
@@ -83,19 +96,24 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
   })
   registerErrorHandler(app)
+  const waitingFor = options.waitingFor ?? (() => undefined)
+  // First of all hooks: nothing is read, authenticated or reserved while the instance is starting.
+  app.addHook('onRequest', async (request, reply) => {
+    const reason = waitingFor()
+    if (reason === undefined || request.url === '/healthz') return
+    reply.header('retry-after', '1')
+    return sendProblem(reply, demoProblem('starting', `The service is starting: it waits for ${reason}.`))
+  })
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.
   registerAuth(app)
 
-  // Chaos only: without its natural key, the ledger books whatever reaches it (recordPayment always inserts).
-  if (chaos?.disableBackstop)
-    await pool.query(`ALTER TABLE payments DROP CONSTRAINT IF EXISTS ${PAYMENT_PER_CHARGE}`)
   const execution = chaos?.disableIdempotency
     ? withoutIdempotency(pool)
     : await withIdempotency(app, createPaymentsEngine(app, options, faults))
 
   const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
   registerPaymentRoutes(app, { pool, handle, execution })
-  registerHealthRoute(app, pool)
+  registerHealthRoute(app, pool, waitingFor)
   registerLedgerRoute(app, pool)
   if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
 
@@ -108,7 +126,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
 function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults: Faults): Engine {
   const engineOptions: EngineOptions = {
-    store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
+    store: postgresStore({
+      pool: options.pool,
+      schema: ONCELY_SCHEMA,
+      preparedStatements: options.behindTransactionPooler !== true,
+    }),
     leaseMs: options.leaseMs ?? 30_000,
     retentionMs: options.retentionMs ?? 86_400_000,
     reservation: options.reservation ?? 'lock',

@@ -1,11 +1,12 @@
 /**
- * Starts the payments API: reads the configuration, starts an embedded Postgres when DATABASE_URL is unset,
- * migrates, listens, and on SIGINT or SIGTERM stops in order (HTTP server, pool, Postgres) so nothing is left behind.
+ * Starts the payments API: reads the configuration, starts an embedded Postgres when DATABASE_URL is unset, listens,
+ * waits for the database (answering 503 meanwhile, `/healthz` saying what it waits for) and migrates it, and on
+ * SIGINT or SIGTERM stops in order (HTTP server, pool, Postgres) so nothing is left behind.
  */
 import pg from 'pg'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
-import { prepareDatabase } from './database.js'
+import { prepareDatabase, untilReachable } from './database.js'
 import { DEFAULT_DATA_DIR, type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 import { createProvider } from './provider.js'
 
@@ -39,7 +40,8 @@ pool.on('error', (error) => console.error(`payments-api: idle database connectio
 // charge step takes one from here, so a burst that fills `pool` cannot leave every request waiting on the other.
 const stepsPool = new pg.Pool({ connectionString: databaseUrl, max: 10 })
 stepsPool.on('error', () => {})
-const providerPool = new pg.Pool({ connectionString: databaseUrl, max: 5 })
+// The provider is another system: its own connections, on its own database when PROVIDER_DATABASE_URL names one.
+const providerPool = new pg.Pool({ connectionString: config.providerDatabaseUrl ?? databaseUrl, max: 5 })
 providerPool.on('error', () => {})
 // A checked-out client whose connection is killed (pg_terminate_backend, a Postgres restart) emits 'error'; with no
 // listener Node crashes. A permanent listener attached once per connection, when the pool opens it, covers every
@@ -49,7 +51,10 @@ for (const each of [pool, stepsPool, providerPool]) {
   each.on('connect', (client) => client.on('error', () => {}))
 }
 
+// Aborts the wait for the database when a signal stops the instance while it starts.
+const starting = new AbortController()
 async function shutdown(code: number): Promise<never> {
+  starting.abort(new Error('stopping'))
   await app?.close().catch(() => {})
   await Promise.allSettled([pool.end(), stepsPool.end(), providerPool.end()])
   await embedded?.stop()
@@ -67,17 +72,18 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   })
 }
 
+/** What the instance waits for while it starts; `undefined` once it serves. */
+let waitingFor: string | undefined = 'the database'
 try {
-  const { applied } = await prepareDatabase(pool)
-  if (applied.length > 0) console.log(`payments-api: applied migrations ${applied.join(', ')}`)
   app = await buildApp({
     pool,
     stepsPool,
-    // The provider is another system: its own connections, never the API's transaction.
     provider: createProvider({ pool: providerPool, ...config.provider }),
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
     reservation: config.reservation,
+    behindTransactionPooler: config.pooler === 'transaction',
+    waitingFor: () => waitingFor,
     ...(config.chaos ? { chaos: config.chaos } : {}),
     logger: { level: config.logLevel },
   })
@@ -86,8 +92,29 @@ try {
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const shown = config.host.includes(':') ? `[${config.host}]` : config.host
+  console.log(`payments-api: listening at http://${shown}:${port}/, waiting for the database`)
+  // The database may be down or restarting (a failover, a restart): wait for it with bounded backoff, not exit.
+  const target = new URL(databaseUrl)
+  const { applied } = await untilReachable(
+    () =>
+      prepareDatabase(pool, {
+        ...(config.providerDatabaseUrl !== databaseUrl ? { providerPool } : {}),
+        unsafeDisableBackstop: config.chaos?.disableBackstop === true,
+      }),
+    {
+      what: `the database at ${target.host}${target.pathname}`,
+      log: (line) => console.warn(`payments-api: ${line}`),
+      onWaiting: (reason) => {
+        waitingFor = reason === undefined ? undefined : `the database (${reason})`
+      },
+      signal: starting.signal,
+    },
+  )
+  if (applied.length > 0) console.log(`payments-api: applied migrations ${applied.join(', ')}`)
   console.log(`payments-api: ready at http://${shown}:${port}/ (checkout page at /, API at /v1/payments)`)
 } catch (error) {
-  console.error('payments-api: could not start:', error instanceof Error ? error.message : error)
-  await shutdown(1)
+  if (!stopping) {
+    console.error('payments-api: could not start:', error instanceof Error ? error.message : error)
+    await shutdown(1)
+  }
 }
