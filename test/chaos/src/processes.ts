@@ -198,6 +198,12 @@ export class ManagedProcess {
     if (this.running) this.#child!.kill('SIGCONT')
   }
 
+  /** Sends `signal` (a process's own meaning: SIGUSR1 crashes pg-server's Postgres), and waits for the exit. */
+  async signalAndWait(signal: NodeJS.Signals): Promise<ExitInfo> {
+    if (this.running) this.#child!.kill(signal)
+    return this.#exited
+  }
+
   /** Closes the log once the process is gone for good. */
   async dispose(): Promise<void> {
     await this.stop()
