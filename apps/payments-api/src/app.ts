@@ -19,7 +19,7 @@ import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
 import { createPaymentHandler } from './payment-steps.js'
-import { demoProblem, registerErrorHandler, sendProblem } from './problems.js'
+import { registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
@@ -55,13 +55,11 @@ export interface AppOptions {
    */
   behindTransactionPooler?: boolean
   /**
-   * What the instance still waits for before it can serve (`main.ts`: the database, while it starts). While it
-   * returns a reason, `/healthz` answers 503 naming it and every other request 503 with `Retry-After: 1`.
-   * @default () => undefined: ready from the start
-   * @example
-   * buildApp({ pool, waitingFor: () => (migrated ? undefined : 'the database') })
+   * Fastify's `serverFactory`: `main.ts` hands over the HTTP server that answered 503 while the database was not
+   * there yet, so the port stays the same and open throughout.
+   * @default Fastify's own server
    */
-  waitingFor?: () => string | undefined
+  serverFactory?: FastifyServerOptions['serverFactory']
   /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
   chaos?: ChaosConfig
   /** Replaces the faults built from `chaos`, for tests. */
@@ -91,19 +89,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   const app = Fastify({
     logger: options.logger ?? false,
+    ...(options.serverFactory ? { serverFactory: options.serverFactory } : {}),
     // Reject what does not match the schema instead of reshaping it: "100" is not an amount, and an unknown member
     // is a client bug worth a 400, not something to drop silently.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
   })
   registerErrorHandler(app)
-  const waitingFor = options.waitingFor ?? (() => undefined)
-  // First of all hooks: nothing is read, authenticated or reserved while the instance is starting.
-  app.addHook('onRequest', async (request, reply) => {
-    const reason = waitingFor()
-    if (reason === undefined || request.url === '/healthz') return
-    reply.header('retry-after', '1')
-    return sendProblem(reply, demoProblem('starting', `The service is starting: it waits for ${reason}.`))
-  })
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.
   registerAuth(app)
 
@@ -113,7 +104,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
   registerPaymentRoutes(app, { pool, handle, execution })
-  registerHealthRoute(app, pool, waitingFor)
+  registerHealthRoute(app, pool)
   registerLedgerRoute(app, pool)
   if (options.webRoot !== false) registerCheckoutPage(app, options.webRoot ?? DEFAULT_WEB_ROOT)
 

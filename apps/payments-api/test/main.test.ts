@@ -146,7 +146,9 @@ describe('main', () => {
   // Regression (seen in every chaos run's log as `could not start: Connection terminated unexpectedly`): an instance
   // started while its database restarted exited instead of waiting for it.
   it('started while its database is unreachable, waits for it: 503 and what it waits for meanwhile, then serves', async () => {
-    const gate = await databaseGate(new URL(db.url))
+    // A database never migrated, as on a first start: the migration runs once it answers.
+    const fresh = await createTestDatabase('payments_main_wait')
+    const gate = await databaseGate(new URL(fresh.url))
     const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', MAIN], {
       cwd: path.resolve(import.meta.dirname, '..'),
       env: { ...process.env, PORT: '0', LOG_LEVEL: 'warn', DATABASE_URL: gate.url },
@@ -194,6 +196,7 @@ describe('main', () => {
       child.kill('SIGTERM')
       await exited
       await gate.close()
+      await fresh.drop()
     }
   })
 

@@ -5,6 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 
@@ -226,4 +227,13 @@ export class ManagedProcess {
     }
     return false
   }
+}
+
+/** A TCP port free on loopback right now (for a child process to listen on). */
+export async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as { port: number }
+  await new Promise((r) => server.close(r))
+  return port
 }

@@ -15,11 +15,10 @@
  * is. After a failover a new standby is built from the new primary in the background, so a later failover can happen.
  */
 import { chmodSync, mkdirSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
-import { ManagedProcess } from './processes.js'
+import { freePort, ManagedProcess } from './processes.js'
 import { FaultProxy } from './proxy.js'
 import { createRandom } from './random.js'
 
@@ -35,6 +34,8 @@ export interface ClusterOptions {
   /** Where the nodes' logs go. */
   logDir: string
   replication: Replication
+  /** Run a standby at all: without one the cluster is a single server that can be restarted. @default true */
+  standby?: boolean
   /** What the cluster does in the background (a standby rebuilt, or failing to be). @default ignore */
   log?: (line: string) => void
 }
@@ -95,7 +96,7 @@ export class ReplicatedCluster {
       random: createRandom(0),
     })
     const cluster = new ReplicatedCluster(options, primary, endpoint, stream)
-    await cluster.#buildStandby()
+    if (options.standby !== false) await cluster.#buildStandby()
     return cluster
   }
 
@@ -109,17 +110,21 @@ export class ReplicatedCluster {
     return this.#standby !== undefined
   }
 
+  /** Whether a standby is being built from the primary now (it must not be restarted meanwhile). */
+  get rebuilding(): boolean {
+    return this.#rebuilding !== undefined
+  }
+
   /** Makes the standby fall behind: the primary's WAL stops reaching it (see {@link FaultProxy.hold}). */
   holdReplication(): void {
     this.#stream.hold()
   }
 
-  /** Stops and starts the primary (a fast shutdown, as a restart). False while a standby is being built from it. */
-  async restartPrimary(): Promise<boolean> {
-    if (this.#rebuilding) return false
+  /** Stops and starts the primary (a fast shutdown, as a restart). Not while a standby is being built from it. */
+  async restartPrimary(): Promise<void> {
+    if (this.#rebuilding) throw new Error('a standby is being built from the primary')
     await this.#primary.process.stop(30_000)
     await this.#primary.process.start()
-    return true
   }
 
   /**
@@ -256,12 +261,4 @@ async function until(what: string, condition: () => Promise<boolean>, timeoutMs 
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
     await new Promise((r) => setTimeout(r, 100))
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  const { port } = server.address() as { port: number }
-  await new Promise((r) => server.close(r))
-  return port
 }
