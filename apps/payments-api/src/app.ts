@@ -55,6 +55,12 @@ export interface AppOptions {
    */
   behindTransactionPooler?: boolean
   /**
+   * The engine's in-process replay cache (`EngineOptions.replayCache`); off under asynchronous replication, whose
+   * failover can lose a finished record the cache would go on replaying.
+   * @default true
+   */
+  replayCache?: boolean
+  /**
    * Fastify's `serverFactory`: `main.ts` hands over the HTTP server that answered 503 while the database was not
    * there yet, so the port stays the same and open throughout.
    * @default Fastify's own server
@@ -123,6 +129,7 @@ function createPaymentsEngine(app: FastifyInstance, options: AppOptions, faults:
       preparedStatements: options.behindTransactionPooler !== true,
     }),
     leaseMs: options.leaseMs ?? 30_000,
+    ...(options.replayCache === false ? { replayCache: false as const } : {}),
     retentionMs: options.retentionMs ?? 86_400_000,
     reservation: options.reservation ?? 'lock',
     onEvent: (event) => {

@@ -74,6 +74,13 @@ export interface Config {
   retentionMs: number
   /** The engine's reservation protocol, `lock` or `row` (`ONCELY_RESERVATION`; see @oncely/server). @default 'lock' */
   reservation: 'row' | 'lock'
+  /**
+   * Answer replays of finished keys from the engine's in-process cache (`ONCELY_REPLAY_CACHE=0` turns it off). The
+   * cache trusts that a finished record cannot change before it expires; a failover under asynchronous replication
+   * that loses the record (and its payment) breaks that, and the cache would replay a payment that is gone.
+   * @default true
+   */
+  replayCache: boolean
   /** Fastify's log level (`LOG_LEVEL`). @default 'info' */
   logLevel: string
   /** See {@link ProviderConfig}. */
@@ -208,6 +215,10 @@ export function loadConfig(env: Env = process.env): Config {
     leaseMs: integer(env, 'ONCELY_LEASE_MS', 30_000, 1),
     retentionMs: integer(env, 'ONCELY_RETENTION_MS', 86_400_000, 1),
     reservation: reservation(env),
+    replayCache:
+      env.ONCELY_REPLAY_CACHE === undefined ||
+      env.ONCELY_REPLAY_CACHE === '' ||
+      flag(env, 'ONCELY_REPLAY_CACHE'),
     logLevel: env.LOG_LEVEL?.trim() || 'info',
     provider: {
       delayMs: integer(env, 'ONCELY_PROVIDER_DELAY_MS', 0, 0, 600_000),

@@ -132,6 +132,7 @@ try {
     retentionMs: config.retentionMs,
     reservation: config.reservation,
     behindTransactionPooler: config.pooler === 'transaction',
+    replayCache: config.replayCache,
     serverFactory: (handler) => {
       serve = handler
       return server

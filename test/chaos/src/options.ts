@@ -46,6 +46,11 @@ export interface ChaosOptions {
    * `DATABASE_POOLER=transaction`), or `none`. @default 'none'
    */
   pooler: 'none' | 'pgbouncer'
+  /**
+   * The demo's in-process replay cache (`ONCELY_REPLAY_CACHE`). Under asynchronous replication it must be off: it
+   * replays a finished key whose record and payment the failover lost. @default true
+   */
+  replayCache: boolean
   /** API instances behind the proxies. @default 2 */
   servers: number
   /** Client worker processes. @default 3 */
@@ -76,6 +81,7 @@ export const USAGE = `Usage: pnpm chaos [options]
   --reservation lock|row  the engine's reservation protocol (default: lock)
   --replication sync|async  the standby's replication, for the failover fault (default: sync)
   --pooler none|pgbouncer  reach Postgres through PgBouncer in transaction mode (default: none)
+  --replay-cache off    run the demo without its engine's in-process replay cache
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
   --run-dir <dir>       where to keep history, logs, report and dump`
@@ -103,6 +109,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
       reservation: { type: 'string' },
       replication: { type: 'string' },
       pooler: { type: 'string' },
+      'replay-cache': { type: 'string' },
       servers: { type: 'string' },
       workers: { type: 'string' },
       'run-dir': { type: 'string' },
@@ -129,6 +136,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     reservation: parseReservation(values.reservation),
     replication: oneOf('--replication', values.replication, ['sync', 'async']),
     pooler: oneOf('--pooler', values.pooler, ['none', 'pgbouncer']),
+    replayCache: onOff('--replay-cache', values['replay-cache']),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
     workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
     runDir,
@@ -159,6 +167,7 @@ export function reproduceCommand(options: ChaosOptions): string {
   if (options.reservation !== 'lock') args.push(`--reservation ${options.reservation}`)
   if (options.replication !== 'sync') args.push(`--replication ${options.replication}`)
   if (options.pooler !== 'none') args.push(`--pooler ${options.pooler}`)
+  if (!options.replayCache) args.push('--replay-cache off')
   return args.join(' ')
 }
 

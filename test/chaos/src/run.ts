@@ -93,7 +93,8 @@ export async function run(
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   const db = await createTestDatabase('chaos').finally(() => {
-    process.env.DATABASE_URL = sharedUrl
+    if (sharedUrl === undefined) delete process.env.DATABASE_URL
+    else process.env.DATABASE_URL = sharedUrl
   })
   const provider = await createTestDatabase('chaos_provider')
   cleanup.push(() => provider.drop())
@@ -195,6 +196,7 @@ export async function run(
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
           ...(options.backstop ? {} : { ONCELY_UNSAFE_DISABLE_BACKSTOP: '1' }),
           ONCELY_RESERVATION: options.reservation,
+          ONCELY_REPLAY_CACHE: options.replayCache ? '1' : '0',
         }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)

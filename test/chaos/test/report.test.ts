@@ -23,6 +23,7 @@ describe('parseOptions', () => {
       reservation: 'lock',
       replication: 'sync',
       pooler: 'none',
+      replayCache: true,
       servers: 2,
       workers: 3,
       runDir: '/tmp/chaos-root/runs/2026-01-02T03-04-05-000Z-seed-42',
