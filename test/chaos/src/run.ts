@@ -446,11 +446,15 @@ export async function run(
       if (!key || settled === undefined) return final ? 'never' : 'wait'
       if (intent.kind !== 'expired-replay') return 'send'
       if (Date.now() < settled + options.retentionMs) return 'wait'
-      const { rows } = await db.pool.query(
-        'SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()',
-        [intent.tenant, key],
-      )
-      return rows.length === 0 ? 'send' : 'wait'
+      // The database may be restarting or failing over: ask again on a later turn.
+      const alive = await db.pool
+        .query('SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()', [
+          intent.tenant,
+          key,
+        ])
+        .then(({ rows }) => rows.length > 0)
+        .catch(() => true)
+      return alive ? 'wait' : 'send'
     }
     const io = {
       keys,
