@@ -19,7 +19,6 @@ import { registerAuth } from './auth.js'
 import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
-import { PAYMENT_PER_CHARGE } from './ledger.js'
 import { createMetrics, type Metrics, registerMetricsRoute } from './metrics.js'
 import { createPaymentHandler } from './payment-steps.js'
 import { registerErrorHandler } from './problems.js'
@@ -51,6 +50,24 @@ export interface AppOptions {
   retentionMs?: number
   /** The engine's reservation protocol (see `EngineOptions.reservation`). @default 'lock' */
   reservation?: 'row' | 'lock'
+  /**
+   * `pool` reaches Postgres through a pooler in transaction mode (PgBouncer, RDS Proxy...): the idempotency store
+   * sends its statements unnamed (`postgresStore({ preparedStatements: false })`).
+   * @default false
+   */
+  behindTransactionPooler?: boolean
+  /**
+   * The engine's in-process replay cache (`EngineOptions.replayCache`); off under asynchronous replication, whose
+   * failover can lose a finished record the cache would go on replaying.
+   * @default true
+   */
+  replayCache?: boolean
+  /**
+   * Fastify's `serverFactory`: `main.ts` hands over the HTTP server that answered 503 while the database was not
+   * there yet, so the port stays the same and open throughout.
+   * @default Fastify's own server
+   */
+  serverFactory?: FastifyServerOptions['serverFactory']
   /** Fault injection (`ONCELY_CHAOS=1` only). @default undefined: none */
   chaos?: ChaosConfig
   /** Replaces the faults built from `chaos`, for tests. */
@@ -85,6 +102,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   const app = Fastify({
     logger: options.logger ?? false,
+    ...(options.serverFactory ? { serverFactory: options.serverFactory } : {}),
     // Reject what does not match the schema instead of reshaping it: "100" is not an amount, and an unknown member
     // is a client bug worth a 400, not something to drop silently.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
@@ -93,9 +111,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.
   registerAuth(app)
 
-  // Chaos only: without its natural key, the ledger books whatever reaches it (recordPayment always inserts).
-  if (chaos?.disableBackstop)
-    await pool.query(`ALTER TABLE payments DROP CONSTRAINT IF EXISTS ${PAYMENT_PER_CHARGE}`)
   const metrics = options.metrics === false ? undefined : (options.metrics ?? createMetrics())
   const execution = chaos?.disableIdempotency
     ? withoutIdempotency(pool)
@@ -122,8 +137,13 @@ function createPaymentsEngine(
   metrics: Metrics | undefined,
 ): Engine {
   const engineOptions: EngineOptions = {
-    store: postgresStore({ pool: options.pool, schema: ONCELY_SCHEMA }),
+    store: postgresStore({
+      pool: options.pool,
+      schema: ONCELY_SCHEMA,
+      preparedStatements: options.behindTransactionPooler !== true,
+    }),
     leaseMs: options.leaseMs ?? 30_000,
+    ...(options.replayCache === false ? { replayCache: false as const } : {}),
     retentionMs: options.retentionMs ?? 86_400_000,
     reservation: options.reservation ?? 'lock',
     onEvent: (event) => {

@@ -57,12 +57,30 @@ export interface Config {
   host: string
   /** Postgres connection string (`DATABASE_URL`). Unset: an embedded Postgres with its data under `.data/postgres`. */
   databaseUrl: string | undefined
+  /**
+   * What `DATABASE_URL` reaches (`DATABASE_POOLER`): `none`, Postgres itself, or `transaction`, a pooler in
+   * transaction mode (PgBouncer, RDS Proxy...), where the next statement may reach another server connection: the
+   * idempotency store then sends its statements unnamed (`preparedStatements: false`). @default 'none'
+   */
+  pooler: 'none' | 'transaction'
+  /**
+   * The simulated provider's own Postgres (`PROVIDER_DATABASE_URL`): a real provider is another system, which keeps
+   * its charges whatever happens to this API's database (a failover, a restore). @default DATABASE_URL
+   */
+  providerDatabaseUrl: string | undefined
   /** How long a reservation is held before another request may take it over, in ms (`ONCELY_LEASE_MS`). @default 30000 */
   leaseMs: number
   /** How long keys and stored responses are kept, in ms (`ONCELY_RETENTION_MS`). @default 86400000 (24 hours) */
   retentionMs: number
   /** The engine's reservation protocol, `lock` or `row` (`ONCELY_RESERVATION`; see @oncely/server). @default 'lock' */
   reservation: 'row' | 'lock'
+  /**
+   * Answer replays of finished keys from the engine's in-process cache (`ONCELY_REPLAY_CACHE=0` turns it off). The
+   * cache trusts that a finished record cannot change before it expires; a failover under asynchronous replication
+   * that loses the record (and its payment) breaks that, and the cache would replay a payment that is gone.
+   * @default true
+   */
+  replayCache: boolean
   /** Fastify's log level (`LOG_LEVEL`). @default 'info' */
   logLevel: string
   /** See {@link ProviderConfig}. */
@@ -109,6 +127,21 @@ function reservation(env: Env): 'row' | 'lock' {
   if (raw === undefined || raw === '' || raw === 'lock') return 'lock'
   if (raw === 'row') return 'row'
   throw new ConfigError(`ONCELY_RESERVATION must be lock or row; got ${JSON.stringify(raw)}.`)
+}
+
+function pooler(env: Env): 'none' | 'transaction' {
+  const raw = env.DATABASE_POOLER?.trim()
+  if (raw === undefined || raw === '' || raw === 'none') return 'none'
+  if (raw === 'transaction') return 'transaction'
+  throw new ConfigError(`DATABASE_POOLER must be none or transaction; got ${JSON.stringify(raw)}.`)
+}
+
+function postgresUrl(env: Env, name: string): string | undefined {
+  const url = env[name]?.trim() || undefined
+  if (url !== undefined && !/^postgres(ql)?:\/\//.test(url)) {
+    throw new ConfigError(`${name} must be a postgres:// or postgresql:// connection string.`)
+  }
+  return url
 }
 
 function flag(env: Env, name: string): boolean {
@@ -171,18 +204,21 @@ function chaos(env: Env): ChaosConfig | undefined {
  * const config = loadConfig(process.env)
  */
 export function loadConfig(env: Env = process.env): Config {
-  const databaseUrl = env.DATABASE_URL?.trim() || undefined
-  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// connection string.')
-  }
+  const databaseUrl = postgresUrl(env, 'DATABASE_URL')
   const host = env.HOST?.trim() || '127.0.0.1'
   return {
     port: integer(env, 'PORT', 3000, 0, 65_535),
     host,
     databaseUrl,
+    pooler: pooler(env),
+    providerDatabaseUrl: postgresUrl(env, 'PROVIDER_DATABASE_URL') ?? databaseUrl,
     leaseMs: integer(env, 'ONCELY_LEASE_MS', 30_000, 1),
     retentionMs: integer(env, 'ONCELY_RETENTION_MS', 86_400_000, 1),
     reservation: reservation(env),
+    replayCache:
+      env.ONCELY_REPLAY_CACHE === undefined ||
+      env.ONCELY_REPLAY_CACHE === '' ||
+      flag(env, 'ONCELY_REPLAY_CACHE'),
     logLevel: env.LOG_LEVEL?.trim() || 'info',
     provider: {
       delayMs: integer(env, 'ONCELY_PROVIDER_DELAY_MS', 0, 0, 600_000),

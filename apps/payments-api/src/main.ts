@@ -1,12 +1,16 @@
 /**
- * Starts the payments API: reads the configuration, starts an embedded Postgres when DATABASE_URL is unset,
- * migrates, listens, and on SIGINT or SIGTERM stops in order (HTTP server, pool, Postgres) so nothing is left behind.
+ * Starts the payments API: reads the configuration, starts an embedded Postgres when DATABASE_URL is unset, listens,
+ * waits for the database (answering 503 meanwhile, `/healthz` saying what it waits for) and migrates it, and on
+ * SIGINT or SIGTERM stops in order (HTTP server, pool, Postgres) so nothing is left behind.
  */
+import { createServer, type RequestListener } from 'node:http'
+import { PROBLEM_CONTENT_TYPE } from '@oncely/protocol'
 import pg from 'pg'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
-import { prepareDatabase } from './database.js'
+import { prepareDatabase, untilReachable } from './database.js'
 import { DEFAULT_DATA_DIR, type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
+import { demoProblem } from './problems.js'
 import { createProvider } from './provider.js'
 
 function fail(message: string): never {
@@ -39,7 +43,8 @@ pool.on('error', (error) => console.error(`payments-api: idle database connectio
 // charge step takes one from here, so a burst that fills `pool` cannot leave every request waiting on the other.
 const stepsPool = new pg.Pool({ connectionString: databaseUrl, max: 10 })
 stepsPool.on('error', () => {})
-const providerPool = new pg.Pool({ connectionString: databaseUrl, max: 5 })
+// The provider is another system: its own connections, on its own database when PROVIDER_DATABASE_URL names one.
+const providerPool = new pg.Pool({ connectionString: config.providerDatabaseUrl ?? databaseUrl, max: 5 })
 providerPool.on('error', () => {})
 // A checked-out client whose connection is killed (pg_terminate_backend, a Postgres restart) emits 'error'; with no
 // listener Node crashes. A permanent listener attached once per connection, when the pool opens it, covers every
@@ -49,8 +54,32 @@ for (const each of [pool, stepsPool, providerPool]) {
   each.on('connect', (client) => client.on('error', () => {}))
 }
 
+/**
+ * While it starts, the instance answers on its port at once: `/healthz` 503 with `status: 'starting'` and what it
+ * waits for, anything else 503 with `Retry-After: 1`. The same server then serves the app (Fastify's
+ * `serverFactory`), so the port never closes in between.
+ */
+let waitingFor = 'the database'
+const server = createServer((request, response) => {
+  const health = request.url === '/healthz'
+  const body = health
+    ? { status: 'starting', waitingFor }
+    : demoProblem('starting', `The service is starting: it waits for ${waitingFor}.`)
+  response.writeHead(503, {
+    'content-type': health ? 'application/json' : PROBLEM_CONTENT_TYPE,
+    'retry-after': '1',
+  })
+  response.end(JSON.stringify(body))
+})
+const startingHandler = server.listeners('request')[0] as RequestListener
+
+// Aborts the wait for the database when a signal stops the instance while it starts.
+const starting = new AbortController()
 async function shutdown(code: number): Promise<never> {
+  starting.abort(new Error('stopping'))
   await app?.close().catch(() => {})
+  server.closeAllConnections()
+  await new Promise((resolve) => server.close(resolve))
   await Promise.allSettled([pool.end(), stepsPool.end(), providerPool.end()])
   await embedded?.stop()
   process.exit(code)
@@ -68,26 +97,57 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 try {
-  const { applied } = await prepareDatabase(pool)
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(config.port, config.host, resolve)
+  })
+  const address = server.address()
+  const port = typeof address === 'object' && address ? address.port : config.port
+  const shown = config.host.includes(':') ? `[${config.host}]` : config.host
+  console.log(`payments-api: listening at http://${shown}:${port}/, waiting for the database`)
+  // The database may be down or restarting (a failover, a restart): wait for it with bounded backoff, not exit.
+  const target = new URL(databaseUrl)
+  const { applied } = await untilReachable(
+    () =>
+      prepareDatabase(pool, {
+        ...(config.providerDatabaseUrl !== databaseUrl ? { providerPool } : {}),
+        unsafeDisableBackstop: config.chaos?.disableBackstop === true,
+      }),
+    {
+      what: `the database at ${target.host}${target.pathname}`,
+      log: (line) => console.warn(`payments-api: ${line}`),
+      onWaiting: (reason) => {
+        if (reason !== undefined) waitingFor = `the database (${reason})`
+      },
+      signal: starting.signal,
+    },
+  )
   if (applied.length > 0) console.log(`payments-api: applied migrations ${applied.join(', ')}`)
+  let serve: RequestListener | undefined
   app = await buildApp({
     pool,
     stepsPool,
-    // The provider is another system: its own connections, never the API's transaction.
     provider: createProvider({ pool: providerPool, ...config.provider }),
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
     reservation: config.reservation,
+    behindTransactionPooler: config.pooler === 'transaction',
+    replayCache: config.replayCache,
+    serverFactory: (handler) => {
+      serve = handler
+      return server
+    },
     ...(config.chaos ? { chaos: config.chaos } : {}),
     logger: { level: config.logLevel },
   })
+  await app.ready()
+  server.off('request', startingHandler)
+  server.on('request', serve!)
   if (config.chaos) console.log('payments-api: ONCELY_CHAOS=1, fault injection is on')
-  await app.listen({ port: config.port, host: config.host })
-  const address = app.server.address()
-  const port = typeof address === 'object' && address ? address.port : config.port
-  const shown = config.host.includes(':') ? `[${config.host}]` : config.host
   console.log(`payments-api: ready at http://${shown}:${port}/ (checkout page at /, API at /v1/payments)`)
 } catch (error) {
-  console.error('payments-api: could not start:', error instanceof Error ? error.message : error)
-  await shutdown(1)
+  if (!stopping) {
+    console.error('payments-api: could not start:', error instanceof Error ? error.message : error)
+    await shutdown(1)
+  }
 }

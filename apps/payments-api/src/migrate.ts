@@ -1,6 +1,6 @@
 /**
- * The demo's own schema: numbered `.sql` files in `migrations/`, applied in order, each in its own transaction,
- * under a session advisory lock so several instances starting at once apply each file exactly once.
+ * The demo's own schema: numbered `.sql` files in `migrations/`, applied in order, in one transaction under an
+ * advisory lock so several instances starting at once apply each file exactly once.
  */
 import { readdir, readFile } from 'node:fs/promises'
 import type pg from 'pg'
@@ -31,7 +31,9 @@ async function readMigrations(): Promise<Migration[]> {
 }
 
 /**
- * Applies the migrations that are not yet applied and returns the names of those it applied.
+ * Applies the migrations that are not yet applied and returns the names of those it applied: all in one transaction,
+ * under a transaction-scoped advisory lock. A session lock would not do behind a pooler in transaction mode, where
+ * the lock and its unlock may reach two server connections and the lock outlives the migration on the first.
  *
  * @example
  * await migrateApp(pool) // ['payments', 'provider_charges', 'outbox'] on an empty database
@@ -40,36 +42,31 @@ export async function migrateApp(pool: pg.Pool): Promise<string[]> {
   const migrations = await readMigrations()
   const client = await pool.connect()
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [LOCK_ID])
-    try {
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS payments_api_migrations (
-           version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      )
-      const { rows } = await client.query<{ version: number }>('SELECT version FROM payments_api_migrations')
-      const done = new Set(rows.map((row) => row.version))
-      const applied: string[] = []
-      for (const migration of migrations) {
-        if (done.has(migration.version)) continue
-        await client.query('BEGIN')
-        try {
-          await client.query(migration.sql)
-          await client.query('INSERT INTO payments_api_migrations (version, name) VALUES ($1, $2)', [
-            migration.version,
-            migration.name,
-          ])
-          await client.query('COMMIT')
-        } catch (error) {
-          await client.query('ROLLBACK')
-          throw error
-        }
-        applied.push(migration.name)
-      }
-      return applied
-    } finally {
-      await client.query('SELECT pg_advisory_unlock($1)', [LOCK_ID])
+    await client.query('BEGIN')
+    await client.query('SELECT pg_advisory_xact_lock($1)', [LOCK_ID])
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS payments_api_migrations (
+         version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    )
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM payments_api_migrations')
+    const done = new Set(rows.map((row) => row.version))
+    const applied: string[] = []
+    for (const migration of migrations) {
+      if (done.has(migration.version)) continue
+      await client.query(migration.sql)
+      await client.query('INSERT INTO payments_api_migrations (version, name) VALUES ($1, $2)', [
+        migration.version,
+        migration.name,
+      ])
+      applied.push(migration.name)
     }
-  } finally {
+    await client.query('COMMIT')
     client.release()
+    return applied
+  } catch (error) {
+    // A connection that failed mid-migration is not handed back to the pool.
+    await client.query('ROLLBACK').catch(() => {})
+    client.release(error as Error)
+    throw error
   }
 }

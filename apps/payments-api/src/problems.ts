@@ -11,6 +11,7 @@ export const DEMO_PROBLEMS = {
   payment_declined: { status: 402, title: 'The payment was declined' },
   not_found: { status: 404, title: 'Not found' },
   provider_unavailable: { status: 503, title: 'The payment provider is temporarily unavailable' },
+  starting: { status: 503, title: 'The service is starting' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 /** One of {@link DEMO_PROBLEMS}. */

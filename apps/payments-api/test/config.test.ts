@@ -8,9 +8,12 @@ describe('loadConfig', () => {
       port: 3000,
       host: '127.0.0.1',
       databaseUrl: undefined,
+      pooler: 'none',
+      providerDatabaseUrl: undefined,
       leaseMs: 30_000,
       retentionMs: 86_400_000,
       reservation: 'lock',
+      replayCache: true,
       logLevel: 'info',
       provider: { delayMs: 0, failureRate: 0 },
       chaos: undefined,
@@ -24,6 +27,9 @@ describe('loadConfig', () => {
     [{ ONCELY_RETENTION_MS: '1.5' }, /ONCELY_RETENTION_MS/],
     [{ ONCELY_PROVIDER_FAILURE_RATE: '2' }, /ONCELY_PROVIDER_FAILURE_RATE must be a number from 0 to 1/],
     [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL must be a postgres/],
+    [{ PROVIDER_DATABASE_URL: 'redis://x' }, /PROVIDER_DATABASE_URL must be a postgres/],
+    [{ ONCELY_REPLAY_CACHE: 'off' }, /ONCELY_REPLAY_CACHE must be 1 or 0/],
+    [{ DATABASE_POOLER: 'session' }, /DATABASE_POOLER must be none or transaction/],
     [{ ONCELY_RESERVATION: 'locks' }, /ONCELY_RESERVATION must be lock or row/],
     [{ ONCELY_CHAOS: 'yes' }, /ONCELY_CHAOS must be 1 or 0/],
     [{ ONCELY_CRASH_AT: 'after-provider' }, /ONCELY_CRASH_AT only has an effect with ONCELY_CHAOS=1/],
@@ -36,6 +42,21 @@ describe('loadConfig', () => {
   it('reads the reservation protocol', () => {
     expect(loadConfig({ ONCELY_RESERVATION: 'lock' }).reservation).toBe('lock')
     expect(loadConfig({ ONCELY_RESERVATION: 'row' }).reservation).toBe('row')
+  })
+
+  it('turns the replay cache off with ONCELY_REPLAY_CACHE=0', () => {
+    expect(loadConfig({ ONCELY_REPLAY_CACHE: '0' }).replayCache).toBe(false)
+    expect(loadConfig({ ONCELY_REPLAY_CACHE: '1' }).replayCache).toBe(true)
+  })
+
+  it("reads the pooler mode, and the provider's database (the API's own unless named)", () => {
+    expect(loadConfig({ DATABASE_POOLER: 'transaction' }).pooler).toBe('transaction')
+    const url = 'postgres://127.0.0.1/app'
+    expect(loadConfig({ DATABASE_URL: url }).providerDatabaseUrl).toBe(url)
+    const provider = 'postgres://127.0.0.1/provider'
+    expect(loadConfig({ DATABASE_URL: url, PROVIDER_DATABASE_URL: provider }).providerDatabaseUrl).toBe(
+      provider,
+    )
   })
 
   it('reads the chaos knobs only with ONCELY_CHAOS=1', () => {

@@ -5,6 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { connect, createServer, type Socket } from 'node:net'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
@@ -42,6 +43,39 @@ function start(env: Record<string, string>): Promise<Started> {
       reject(new Error(`payments-api exited with ${code} before it was ready: ${stderr}`)),
     )
   })
+}
+
+/**
+ * A TCP gate in front of the test Postgres: `refuse` closes every connection as soon as it opens (what a client sees
+ * of a database restarting or failing over, `Connection terminated unexpectedly`); `open` forwards.
+ */
+async function databaseGate(target: URL) {
+  let mode: 'refuse' | 'open' = 'refuse'
+  const sockets = new Set<Socket>()
+  const server = createServer((client) => {
+    sockets.add(client)
+    client.on('close', () => sockets.delete(client))
+    client.on('error', () => {})
+    if (mode === 'refuse') return client.destroy()
+    const upstream = connect(Number(target.port || 5432), target.hostname)
+    upstream.on('error', () => client.destroy())
+    client.on('close', () => upstream.destroy())
+    client.pipe(upstream).pipe(client)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = new URL(target)
+  url.hostname = '127.0.0.1'
+  url.port = String((server.address() as { port: number }).port)
+  return {
+    url: url.toString(),
+    open: () => {
+      mode = 'open'
+    },
+    close: async () => {
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => server.close(resolve))
+    },
+  }
 }
 
 function pay(url: string, key: string) {
@@ -106,6 +140,63 @@ describe('main', () => {
     } finally {
       healthy.child.kill('SIGTERM')
       expect(await healthy.exited).toEqual({ code: 0, signal: null })
+    }
+  })
+
+  // Regression (seen in every chaos run's log as `could not start: Connection terminated unexpectedly`): an instance
+  // started while its database restarted exited instead of waiting for it.
+  it('started while its database is unreachable, waits for it: 503 and what it waits for meanwhile, then serves', async () => {
+    // A database never migrated, as on a first start: the migration runs once it answers.
+    const fresh = await createTestDatabase('payments_main_wait')
+    const gate = await databaseGate(new URL(fresh.url))
+    const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', MAIN], {
+      cwd: path.resolve(import.meta.dirname, '..'),
+      env: { ...process.env, PORT: '0', LOG_LEVEL: 'warn', DATABASE_URL: gate.url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    const lines: string[] = []
+    const seen = (pattern: RegExp) =>
+      new Promise<string>((resolve, reject) => {
+        const found = () => lines.find((line) => pattern.test(line))
+        const check = () => {
+          const line = found()
+          if (line) resolve(line)
+          else if (child.exitCode !== null)
+            reject(new Error(`exited before ${pattern}:\n${lines.join('\n')}`))
+          else setTimeout(check, 50)
+        }
+        check()
+      })
+    for (const stream of [child.stdout!, child.stderr!])
+      createInterface({ input: stream }).on('line', (line) => lines.push(line))
+    try {
+      const listening = await seen(/listening at (http:\/\/\S+?)\/?,/)
+      const url = /listening at (http:\/\/\S+?)\/?,/.exec(listening)![1]!
+      // It says what it waits for, in its log and on /healthz, and refuses work meanwhile.
+      expect(
+        await seen(/waiting for the database at .*Connection terminated unexpectedly.*next try in/),
+      ).toBeTruthy()
+      const health = await fetch(`${url}/healthz`)
+      expect(health.status).toBe(503)
+      expect(await health.json()).toMatchObject({
+        status: 'starting',
+        waitingFor: expect.stringContaining('Connection terminated unexpectedly'),
+      })
+      const early = await pay(url, randomUUID())
+      expect(early.status).toBe(503)
+      expect(early.headers.get('retry-after')).toBe('1')
+      expect(child.exitCode).toBeNull()
+
+      gate.open()
+      await seen(/ready at/)
+      expect((await fetch(`${url}/healthz`)).status).toBe(200)
+      expect((await pay(url, randomUUID())).status).toBe(201)
+    } finally {
+      child.kill('SIGTERM')
+      await exited
+      await gate.close()
+      await fresh.drop()
     }
   })
 

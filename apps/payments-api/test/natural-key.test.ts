@@ -94,7 +94,7 @@ describe('a retry after its key expired', () => {
 describe('with the backstop disabled (chaos only)', () => {
   it('books a second payment for the same charge when a retry comes after its key expired', async () => {
     const other = await createTestDatabase('payments_ledger_unsafe')
-    const unsafe = await prepareDatabase(other.pool).then(() =>
+    const unsafe = await prepareDatabase(other.pool, { unsafeDisableBackstop: true }).then(() =>
       buildApp({
         pool: other.pool,
         webRoot: false,

@@ -7,7 +7,14 @@
  * its own).
  */
 import { canonicalJson } from '@oncely/protocol'
-import type { AttemptEvent, DrainEvent, HistoryEvent, IntentEvent, ObservedResponse } from './history.js'
+import type {
+  AttemptEvent,
+  DrainEvent,
+  FaultEvent,
+  HistoryEvent,
+  IntentEvent,
+  ObservedResponse,
+} from './history.js'
 
 /** A row of the demo's `payments` table. */
 export interface PaymentRow {
@@ -63,8 +70,19 @@ export interface FinalDb {
  * - `lost`: acknowledged as created, but no effect.
  * - `duplicated`: more than one payment or provider charge.
  * - `unexpected`: an effect although the outcome was a definite failure.
+ * - `lost-in-failover`: acknowledged as created just before a failover under asynchronous replication, and the
+ *   payment it was told about is gone: the promoted standby never received its commit. Not a violation under `async`
+ *   (it is what asynchronous replication trades for latency); its key went with it, so a retry runs it again and the
+ *   provider's step key returns the charge it already took.
  */
-export type IntentClass = 'ok' | 'recovered' | 'aborted' | 'lost' | 'duplicated' | 'unexpected'
+export type IntentClass =
+  | 'ok'
+  | 'recovered'
+  | 'aborted'
+  | 'lost'
+  | 'duplicated'
+  | 'unexpected'
+  | 'lost-in-failover'
 
 export const INTENT_CLASSES: readonly IntentClass[] = [
   'ok',
@@ -73,7 +91,26 @@ export const INTENT_CLASSES: readonly IntentClass[] = [
   'lost',
   'duplicated',
   'unexpected',
+  'lost-in-failover',
 ]
+
+/** An acknowledged payment an asynchronous failover lost, and what became of its intent. */
+export interface LostTransaction {
+  intent: string
+  key: string
+  /** The payment the client was told about, gone from the ledger. */
+  payment: string
+  /** Its provider charge (kept by the provider, which is another system). */
+  chargeId: string | null
+  /** The payment a retry after the failover recorded instead, if one did, with its charge. */
+  redone?: { payment: string; chargeId: string | null }
+}
+
+/**
+ * Acknowledgements recorded up to this long before a failover began may be lost by it: their commit may not have
+ * reached the standby yet when the replication was held back (the driver records an answer after it arrived).
+ */
+export const FAILOVER_MARGIN_MS = 2000
 
 /** The rules, one name each; docs/chaos.md explains them. */
 export type Rule =
@@ -91,6 +128,8 @@ export type Rule =
   | 'payload-mismatch-accepted'
   | 'unsettled-intent'
   | 'key-in-flight'
+  | 'stored-response-without-effect'
+  | 'replayed-lost-effect'
 
 export interface Violation {
   rule: Rule
@@ -108,6 +147,8 @@ export interface CheckResult {
   classes: Record<string, IntentClass>
   counts: Record<IntentClass, number>
   violations: Violation[]
+  /** What asynchronous failovers lost (empty under synchronous replication, where a loss is a violation). */
+  lostInFailover: LostTransaction[]
 }
 
 /** Responses the server stores and must replay verbatim: successes and permanent business refusals (402). */
@@ -132,9 +173,35 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
   const violations: Violation[] = []
   const classes: Record<string, IntentClass> = {}
   const payments = groupBy(db.payments, (row) => scoped(row.tenantId, row.reference))
+  const paymentIds = new Set(db.payments.map((row) => row.id))
+  // Acknowledgements an asynchronous failover may have lost, whose payment is indeed gone.
+  const mayBeLost = coveredByAsyncFailover(history)
+  const lostAck = (event: AckEvent) => {
+    const payment = paymentIdOf(event.response)
+    return event.response.status < 300 && payment !== '' && !paymentIds.has(payment) && mayBeLost(event)
+  }
+  const lostPayments = new Map<string, LostTransaction>()
+  for (const intent of intents.values()) {
+    for (const event of ackEvents(intent).filter(lostAck)) {
+      const body = event.response.body as Record<string, unknown>
+      lostPayments.set(paymentIdOf(event.response), {
+        intent: intent.id,
+        key: intent.key,
+        payment: paymentIdOf(event.response),
+        chargeId: typeof body.chargeId === 'string' ? body.chargeId : null,
+      })
+    }
+  }
+  // A charge whose payment the failover lost is still the lost intent's: attribute it through the acknowledgement.
+  const lostCharges = new Map<string, string | null>()
+  for (const lost of lostPayments.values()) {
+    const intent = intents.get(lost.intent)!
+    if (lost.chargeId)
+      lostCharges.set(scoped(intent.tenant, lost.chargeId), intent.invoke.body?.reference ?? null)
+  }
   const charges = groupBy(
     db.charges.filter((row) => row.status !== 'declined'),
-    (row) => scoped(row.tenantId, row.reference),
+    (row) => scoped(row.tenantId, row.reference ?? lostCharges.get(scoped(row.tenantId, row.id)) ?? null),
   )
   const keyRows = new Map(db.keys.map((row) => [scoped(row.tenantId, row.key), row]))
   const pending = pendingAfterDrain(history)
@@ -145,7 +212,21 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     const lines = intent.events.map((event) => event.index)
     const base = { intent: intent.id, key: intent.key, lines }
     const responses = observed(intent)
-    const acks = responses.filter((r) => isStoredOutcome(r.status))
+    const stored = ackEvents(intent)
+    const lostHere = stored.filter(lostAck)
+    // After a failover, a replay of a response whose effect it lost: the key survived without its effect.
+    for (const event of stored.filter((e) => !lostAck(e) && lostPayments.has(paymentIdOf(e.response)))) {
+      violations.push({
+        ...base,
+        rule: 'replayed-lost-effect',
+        message: `answered with payment ${paymentIdOf(event.response)}, which the failover lost`,
+        lines: [...lines],
+      })
+    }
+    // What the client was told and the ledger must still show; a lost acknowledgement is judged above.
+    const acks = stored
+      .filter((e) => !lostHere.includes(e) && !lostPayments.has(paymentIdOf(e.response)))
+      .map((e) => e.response)
     const definite = settlement(intent)
     const reference = intent.invoke.body?.reference ?? null
     const ref = scoped(intent.tenant, reference)
@@ -194,15 +275,15 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
       const group = scoped(intent.tenant, intent.key)
       keyAcks.set(group, [...(keyAcks.get(group) ?? []), ...acks.map((ack) => ({ ack, intent }))])
     }
-    const stored = keyRows.get(scoped(intent.tenant, intent.key))
-    if (stored && stored.responseStatus !== null && kind !== 'changed-payload') {
-      const expected = { status: stored.responseStatus, body: stored.responseBody }
+    const keyRow = keyRows.get(scoped(intent.tenant, intent.key))
+    if (keyRow && keyRow.responseStatus !== null && kind !== 'changed-payload') {
+      const expected = { status: keyRow.responseStatus, body: keyRow.responseBody }
       for (const ack of acks.filter((a) => !same(a, expected))) {
         violations.push({
           ...base,
           rule: 'ack-differs-from-stored',
           message: `told ${canonicalJson(ack)}, stored ${canonicalJson(expected)}`,
-          rows: [stored],
+          rows: [keyRow],
         })
       }
     }
@@ -242,7 +323,13 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
       })
     }
 
+    for (const event of lostHere) {
+      const lost = lostPayments.get(paymentIdOf(event.response))!
+      const redone = paid[0]
+      if (ownsEffect && redone) lost.redone = { payment: redone.id, chargeId: redone.chargeId }
+    }
     classes[intent.id] = classify({
+      lostInFailover: lostHere.length > 0,
       duplicated: ownsEffect && (paid.length > 1 || charged.length > 1),
       lost: created.length > 0 && paid.length === 0,
       unexpected: effectAfterFailure,
@@ -277,7 +364,26 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
   }
   violations.push(...checkPaymentPerCharge(db))
   violations.push(...checkOutbox(db))
-  for (const row of db.keys.filter((row) => row.state === 'in_progress')) {
+  // A key must not keep a response whose effect is gone: a retry would be answered for nothing.
+  for (const row of db.keys) {
+    if (row.responseStatus === null || row.responseStatus >= 300) continue
+    const payment = paymentIdOf({ status: row.responseStatus, body: row.responseBody })
+    if (paymentIds.has(payment)) continue
+    violations.push({
+      rule: 'stored-response-without-effect',
+      message: `key ${row.key} stores ${row.responseStatus} for payment ${payment}, which the ledger does not hold`,
+      key: row.key,
+      lines: [],
+      rows: [row],
+    })
+  }
+  // A key whose completion a failover lost keeps the leased row its recovery point wrote, until a retry comes.
+  const lostKeys = new Set(
+    [...lostPayments.values()].map((lost) => scoped(intents.get(lost.intent)!.tenant, lost.key)),
+  )
+  for (const row of db.keys.filter(
+    (row) => row.state === 'in_progress' && !lostKeys.has(scoped(row.tenantId, row.key)),
+  )) {
     violations.push({
       rule: 'key-in-flight',
       message: `key ${row.key} is still in progress after the final drain`,
@@ -291,10 +397,17 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
 
   const counts = Object.fromEntries(INTENT_CLASSES.map((c) => [c, 0])) as Record<IntentClass, number>
   for (const c of Object.values(classes)) counts[c]++
-  return { valid: violations.length === 0, classes, counts, violations }
+  return {
+    valid: violations.length === 0,
+    classes,
+    counts,
+    violations,
+    lostInFailover: [...lostPayments.values()],
+  }
 }
 
 function classify(facts: {
+  lostInFailover: boolean
   duplicated: boolean
   lost: boolean
   unexpected: boolean
@@ -305,6 +418,7 @@ function classify(facts: {
   if (facts.duplicated) return 'duplicated'
   if (facts.lost) return 'lost'
   if (facts.unexpected) return 'unexpected'
+  if (facts.lostInFailover) return 'lost-in-failover'
   if (!facts.settled && !facts.effect) return 'aborted'
   return facts.indeterminate || !facts.settled ? 'recovered' : 'ok'
 }
@@ -329,6 +443,41 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
   // The SDK derives keys, so an invoke may lack one: the first event that carries it names it.
   for (const intent of intents.values()) intent.key = intent.events.find((event) => event.key)?.key ?? ''
   return intents
+}
+
+/** A completion that carried a stored outcome (2xx or 402), with when it was recorded. */
+type AckEvent = (IntentEvent | AttemptEvent) & { response: ObservedResponse }
+
+function ackEvents(intent: Intent): AckEvent[] {
+  return intent.events.filter(
+    (event): event is AckEvent =>
+      event.phase !== 'invoke' && event.response !== undefined && isStoredOutcome(event.response.status),
+  )
+}
+
+/** The payment id a 2xx answer names (`''` when it names none). */
+function paymentIdOf(response: ObservedResponse): string {
+  const id = (response.body as { id?: unknown } | null)?.id
+  return typeof id === 'string' ? id : ''
+}
+
+/**
+ * Whether an event falls where an asynchronous failover could lose what it reports: from shortly before the
+ * replication was held back until the promoted standby served ({@link FAILOVER_MARGIN_MS}). Under synchronous
+ * replication nothing is covered: whatever was acknowledged must survive.
+ */
+function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: HistoryEvent) => boolean {
+  const windows: Array<{ from: number; until: number }> = []
+  let start: FaultEvent | undefined
+  for (const event of history) {
+    if (event.type !== 'fault' || event.fault !== 'failover') continue
+    if (event.phase === 'start') start = event
+    else if (event.phase === 'stop' && start && event.detail?.replication === 'async') {
+      windows.push({ from: start.time - FAILOVER_MARGIN_MS, until: event.index })
+      start = undefined
+    }
+  }
+  return (event) => windows.some((w) => event.time >= w.from && event.index < w.until)
 }
 
 function observed(intent: Intent): ObservedResponse[] {

@@ -20,6 +20,7 @@ export const FAULT_KINDS = [
   'stall-server',
   'kill-db-connections',
   'restart-db',
+  'failover',
   ...WORKER_CRASH_POINTS.map((step) => `kill-worker-${step}` as const),
   'changed-payload',
   'reordered-payload',

@@ -30,9 +30,10 @@ export interface ObservedResponse {
  * `changed-payload` with a different body (the server must answer 422 and do nothing), `reordered` with the same
  * body, members in another order (canonically equal, so it must replay the stored response), `expired-replay` with
  * the same body once the key has expired (a new request to the server, which must still answer as it did the first
- * time and book nothing new).
+ * time and book nothing new), `failover-replay` with the same body right after a failover (the driver sends one for
+ * each intent acknowledged just before it: the key and its effect must have survived together or been lost together).
  */
-export type IntentKind = 'normal' | 'changed-payload' | 'reordered' | 'expired-replay'
+export type IntentKind = 'normal' | 'changed-payload' | 'reordered' | 'expired-replay' | 'failover-replay'
 
 interface EventBase {
   /** 1-based line number in history.jsonl, assigned by the writer. */

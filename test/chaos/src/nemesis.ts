@@ -1,8 +1,8 @@
 /**
  * The nemesis: process-level faults on a seeded schedule, during the fault phase. Network faults run continuously
  * in the proxies (rates drawn from the seed) and crash points fire inside the processes; this loop adds what
- * needs the driver: pausing a server past its lease (the fencing case), killing database connections and
- * restarting Postgres.
+ * needs the driver: pausing a server past its lease (the fencing case), killing database connections, restarting
+ * Postgres and failing it over to its standby.
  */
 import type { FaultKind } from './faults.js'
 import type { Random } from './random.js'
@@ -15,6 +15,8 @@ export interface NemesisActions {
   killDbConnections(): Promise<boolean | undefined>
   /** Stop Postgres and start it again (only when the driver owns it). */
   restartDb(): Promise<boolean | undefined>
+  /** Crash the primary and promote its standby (false while no standby is streaming). */
+  failover(): Promise<boolean | undefined>
 }
 
 export interface NemesisOptions {
@@ -32,7 +34,7 @@ export interface NemesisOptions {
 /** Starts the schedule; `stop()` ends it and waits for the fault in progress to finish (a paused server resumes). */
 export function startNemesis(options: NemesisOptions): { stop(): Promise<void> } {
   const kinds = options.faults.filter(
-    (f) => f === 'pause-server' || f === 'kill-db-connections' || f === 'restart-db',
+    (f) => f === 'pause-server' || f === 'kill-db-connections' || f === 'restart-db' || f === 'failover',
   )
   const mean = options.meanIntervalMs ?? 4000
   let stopped = kinds.length === 0
@@ -56,6 +58,7 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
       try {
         if (kind === 'pause-server') happened = await options.actions.pauseServer(options.pauseMs)
         else if (kind === 'restart-db') happened = await options.actions.restartDb()
+        else if (kind === 'failover') happened = await options.actions.failover()
         else happened = await options.actions.killDbConnections()
       } catch (error) {
         options.onError?.(error)

@@ -35,6 +35,22 @@ export interface ChaosOptions {
   retentionMs: number
   /** The engine's reservation protocol in the demo (`ONCELY_RESERVATION`). @default 'lock' */
   reservation: 'row' | 'lock'
+  /**
+   * How the primary's commits reach its standby, for the `failover` fault: `sync` (the primary commits what the
+   * standby has flushed: nothing acknowledged may be lost) or `async` (what the standby had not received is lost,
+   * and the checker reports it as its own class). @default 'sync'
+   */
+  replication: 'sync' | 'async'
+  /**
+   * What the demo reaches Postgres through: `pgbouncer`, a real PgBouncer in transaction mode (the demo then runs with
+   * `DATABASE_POOLER=transaction`), or `none`. @default 'none'
+   */
+  pooler: 'none' | 'pgbouncer'
+  /**
+   * The demo's in-process replay cache (`ONCELY_REPLAY_CACHE`). Under asynchronous replication it must be off: it
+   * replays a finished key whose record and payment the failover lost. @default true
+   */
+  replayCache: boolean
   /** API instances behind the proxies. @default 2 */
   servers: number
   /** Client worker processes. @default 3 */
@@ -63,6 +79,9 @@ export const USAGE = `Usage: pnpm chaos [options]
   --backstop off        run the demo without its ledger's natural key (the checker must fail)
   --retention <time>    how long the demo replays a finished key (default: 45s)
   --reservation lock|row  the engine's reservation protocol (default: lock)
+  --replication sync|async  the standby's replication, for the failover fault (default: sync)
+  --pooler none|pgbouncer  reach Postgres through PgBouncer in transaction mode (default: none)
+  --replay-cache off    run the demo without its engine's in-process replay cache
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
   --run-dir <dir>       where to keep history, logs, report and dump`
@@ -88,6 +107,9 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
       backstop: { type: 'string' },
       retention: { type: 'string' },
       reservation: { type: 'string' },
+      replication: { type: 'string' },
+      pooler: { type: 'string' },
+      'replay-cache': { type: 'string' },
       servers: { type: 'string' },
       workers: { type: 'string' },
       'run-dir': { type: 'string' },
@@ -112,6 +134,9 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     backstop: onOff('--backstop', values.backstop),
     retentionMs: values.retention === undefined ? DEFAULT_RETENTION_MS : parseRetention(values.retention),
     reservation: parseReservation(values.reservation),
+    replication: oneOf('--replication', values.replication, ['sync', 'async']),
+    pooler: oneOf('--pooler', values.pooler, ['none', 'pgbouncer']),
+    replayCache: onOff('--replay-cache', values['replay-cache']),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
     workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
     runDir,
@@ -140,6 +165,9 @@ export function reproduceCommand(options: ChaosOptions): string {
   if (options.retentionMs !== DEFAULT_RETENTION_MS)
     args.push(`--retention ${Math.round(options.retentionMs / 1000)}s`)
   if (options.reservation !== 'lock') args.push(`--reservation ${options.reservation}`)
+  if (options.replication !== 'sync') args.push(`--replication ${options.replication}`)
+  if (options.pooler !== 'none') args.push(`--pooler ${options.pooler}`)
+  if (!options.replayCache) args.push('--replay-cache off')
   return args.join(' ')
 }
 
@@ -187,6 +215,16 @@ function onOff(name: string, text: string | undefined): boolean {
 }
 
 function parseReservation(value: string | undefined): 'row' | 'lock' {
-  if (value === undefined || value === 'row' || value === 'lock') return value ?? 'lock'
-  throw new TypeError(`Expected \`--reservation\` to be row or lock, got ${value}.`)
+  return oneOf('--reservation', value, ['lock', 'row'])
+}
+
+/** `value` when it is one of `allowed`; the first of them when unset. */
+function oneOf<const T extends string>(
+  name: string,
+  value: string | undefined,
+  allowed: readonly [T, ...T[]],
+): T {
+  if (value === undefined) return allowed[0]
+  if ((allowed as readonly string[]).includes(value)) return value as T
+  throw new TypeError(`Expected \`${name}\` to be ${allowed.join(' or ')}, got ${value}.`)
 }

@@ -5,6 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 
@@ -198,6 +199,12 @@ export class ManagedProcess {
     if (this.running) this.#child!.kill('SIGCONT')
   }
 
+  /** Sends `signal` (a process's own meaning: SIGUSR1 crashes pg-server's Postgres), and waits for the exit. */
+  async signalAndWait(signal: NodeJS.Signals): Promise<ExitInfo> {
+    if (this.running) this.#child!.kill(signal)
+    return this.#exited
+  }
+
   /** Closes the log once the process is gone for good. */
   async dispose(): Promise<void> {
     await this.stop()
@@ -220,4 +227,13 @@ export class ManagedProcess {
     }
     return false
   }
+}
+
+/** A TCP port free on loopback right now (for a child process to listen on). */
+export async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as { port: number }
+  await new Promise((r) => server.close(r))
+  return port
 }

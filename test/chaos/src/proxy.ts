@@ -77,6 +77,9 @@ export class FaultProxy {
   readonly #sockets = new Set<Socket>()
   readonly #timers = new Set<NodeJS.Timeout>()
   readonly #forced: Array<ProxyFault | 'pass'> = []
+  /** Upstream bytes held back from their clients while {@link hold} is on, per client socket. */
+  readonly #held = new Map<Socket, Buffer[]>()
+  #holding = false
   #rates: Partial<Record<ProxyFault, number>> = {}
   #upstream: Upstream
   #connections = 0
@@ -170,6 +173,22 @@ export class FaultProxy {
     return this.#upstream
   }
 
+  /**
+   * Holds back what upstreams send to their clients (the client's bytes still go through), as a network that stops
+   * delivering one way: in front of a primary, its streaming standby falls behind. `release()` delivers what was held;
+   * a connection closed meanwhile loses it.
+   */
+  hold(): void {
+    this.#holding = true
+  }
+
+  /** Ends {@link hold}: delivers what was held, in order, and forwards from then on. */
+  release(): void {
+    this.#holding = false
+    for (const [client, chunks] of this.#held) for (const chunk of chunks) client.write(chunk)
+    this.#held.clear()
+  }
+
   /** Destroys every open connection through the proxy now; returns how many sockets were destroyed. */
   killAll(): number {
     const count = this.#sockets.size
@@ -177,6 +196,7 @@ export class FaultProxy {
     this.#options.onFault?.({ proxy: this.name, fault: 'kill-connections', connection: 0, count })
     for (const socket of this.#sockets) socket.destroy()
     this.#sockets.clear()
+    this.#held.clear()
     return count
   }
 
@@ -208,7 +228,10 @@ export class FaultProxy {
   #track(socket: Socket): Socket {
     this.#sockets.add(socket)
     socket.on('error', () => socket.destroy())
-    socket.on('close', () => this.#sockets.delete(socket))
+    socket.on('close', () => {
+      this.#sockets.delete(socket)
+      this.#held.delete(socket)
+    })
     return socket
   }
 
@@ -256,8 +279,15 @@ export class FaultProxy {
       if (client.destroyed) return
       if (!upstream) {
         upstream = this.#track(connect(target.port, target.host ?? '127.0.0.1'))
-        upstream.on('data', (chunk) => (dropResponse ? destroyBoth() : client.write(chunk)))
-        upstream.on('end', () => client.end())
+        upstream.on('data', (chunk) => {
+          if (dropResponse) return destroyBoth()
+          if (!this.#holding) return client.write(chunk)
+          const held = this.#held.get(client) ?? []
+          held.push(chunk)
+          this.#held.set(client, held)
+        })
+        // A connection that ends while its bytes are held loses them, as behind a broken link.
+        upstream.on('end', () => (this.#held.has(client) ? client.destroy() : client.end()))
         upstream.on('close', () => client.destroy())
       }
       upstream.write(bytes)

@@ -1,6 +1,6 @@
 /** The run's report: JSON for machines and CI artifacts, and a short summary for the person at the terminal. */
 import { writeFileSync } from 'node:fs'
-import type { CheckResult, IntentClass, Violation } from './checker.js'
+import type { CheckResult, IntentClass, LostTransaction, Violation } from './checker.js'
 import type { FaultKind } from './faults.js'
 import type { HistoryEvent } from './history.js'
 import { type ChaosOptions, reproduceCommand } from './options.js'
@@ -19,7 +19,13 @@ export interface ChaosReport {
   durationMs: number
   idempotency: boolean
   fencing: boolean
+  /** The standby's replication, for the `failover` fault. */
+  replication: ChaosOptions['replication']
+  /** What the demo reached Postgres through. */
+  pooler: ChaosOptions['pooler']
   outcomes: Record<IntentClass, number>
+  /** Acknowledged payments an asynchronous failover lost (also counted as `lost-in-failover` outcomes). */
+  lostInFailover: LostTransaction[]
   /** Injected faults per kind; requested kinds that never happened are listed in `missingFaults`. */
   faults: Record<string, number>
   missingFaults: FaultKind[]
@@ -53,7 +59,10 @@ export function buildReport(input: ReportInput): ChaosReport {
     durationMs: input.finishedAt.getTime() - input.startedAt.getTime(),
     idempotency: options.idempotency,
     fencing: options.fencing,
+    replication: options.replication,
+    pooler: options.pooler,
     outcomes: result.counts,
+    lostInFailover: result.lostInFailover,
     faults: input.faults,
     missingFaults: options.faults.filter((kind) => !(input.faults[kind] ?? 0)),
     violations: result.violations.map((violation) => ({
@@ -93,6 +102,13 @@ export function formatSummary(report: ChaosReport): string {
   }
   out.push(verdict)
   out.push(`  outcomes: ${pairs(report.outcomes)}`)
+  if (report.lostInFailover.length > 0) {
+    const redone = report.lostInFailover.filter((lost) => lost.redone)
+    const sameCharge = redone.filter((lost) => lost.redone!.chargeId === lost.chargeId)
+    out.push(
+      `  lost by ${report.replication} failover: ${report.lostInFailover.length} acknowledged payment(s); ${redone.length} run again after it, ${sameCharge.length} of them with the charge the provider already had`,
+    )
+  }
   out.push(`  faults:   ${pairs(report.faults) || 'none'}`)
   if (report.missingFaults.length > 0) out.push(`  never happened: ${report.missingFaults.join(', ')}`)
   const byRule = new Map<string, number>()

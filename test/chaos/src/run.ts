@@ -5,19 +5,19 @@
  */
 import { spawn } from 'node:child_process'
 import { createWriteStream, mkdirSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { createTestDatabase } from '@oncely/test-support'
-import { check } from './checker.js'
+import { createTestDatabase, type PgBouncer, startPgBouncer } from '@oncely/test-support'
+import { check, FAILOVER_MARGIN_MS } from './checker.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
 import { type PlannedIntent, planIntents } from './generator.js'
 import { HistoryWriter, type ReportedEvent } from './history.js'
 import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
-import { ManagedProcess } from './processes.js'
+import { freePort, ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
 import { createRandom } from './random.js'
+import { ReplicatedCluster } from './replication.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
 import { crashRotation } from './rotation.js'
 import { readFinalDb } from './snapshot.js'
@@ -32,6 +32,21 @@ const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
 /** How often workers re-drive their pending intents during the fault phase. */
 const RESUME_EVERY_MS = 5000
+/**
+ * How long a failover holds the standby back before it crashes the primary: at least the first, at most the second,
+ * ending early once this many intents were acknowledged meanwhile (under async replication those are the commits the
+ * failover loses; under sync, commits wait for the standby and nothing is acknowledged but replays).
+ */
+const FAILOVER_LAG_MS = [2000, 5000] as const
+const FAILOVER_LAG_ACKS = 3
+/** At most this many intents acknowledged around a failover are sent again after it (`failover-replay`). */
+const FAILOVER_REPLAYS = 10
+/**
+ * The pooler's server connections per database. Requests hold a business transaction while their charge step takes
+ * another (the demo's two pools), and both go through this one pool: it must exceed what the instances can hold
+ * open at once, or they all wait for a connection none of them releases.
+ */
+const POOLER_POOL_SIZE = 40
 
 export async function run(
   options: ChaosOptions,
@@ -50,44 +65,55 @@ export async function run(
   let healed = false
   let draining = false
 
-  // Restarting Postgres needs a Postgres of our own; otherwise the shared one named by DATABASE_URL is used.
+  // Restarting Postgres or failing it over needs a cluster of our own; otherwise the shared one named by
+  // DATABASE_URL is used. The simulated provider is another system: it keeps its charges on the shared server
+  // whatever happens to the run's database.
   const cleanup: Array<() => Promise<unknown>> = []
   const sharedUrl = process.env.DATABASE_URL
-  let postgres: ManagedProcess | undefined
+  let cluster: ReplicatedCluster | undefined
   const pgdata = join(options.runDir, 'pgdata')
   let passed = false
-  if (enabled.has('restart-db')) {
-    const port = await freePort()
-    postgres = new ManagedProcess({
-      name: 'postgres',
-      // --persistent: the data survives the restarts (and fsync stays on, as in production).
-      args: [join(ROOT, 'scripts/pg-server.mjs'), '--dir', pgdata, '--port', String(port), '--persistent'],
-      cwd: ROOT,
+  if (enabled.has('restart-db') || enabled.has('failover')) {
+    cluster = await ReplicatedCluster.start({
+      dir: pgdata,
       logDir,
-      ready: { line: /^READY / },
-      readyTimeoutMs: 120_000,
+      replication: options.replication,
+      standby: enabled.has('failover'),
+      log,
     })
-    await postgres.start()
-    process.env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
+    process.env.DATABASE_URL = cluster.url
   }
   // Ctrl-C or a CI timeout: stop every process this run started before exiting, so nothing is left behind.
   const onSignal = () => {
     shuttingDown = true
-    void Promise.allSettled([...cleanup.map((fn) => fn()), postgres?.dispose()]).finally(() =>
+    void Promise.allSettled([...cleanup.map((fn) => fn()), cluster?.dispose()]).finally(() =>
       process.exit(130),
     )
   }
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   const db = await createTestDatabase('chaos').finally(() => {
-    process.env.DATABASE_URL = sharedUrl
+    if (sharedUrl === undefined) delete process.env.DATABASE_URL
+    else process.env.DATABASE_URL = sharedUrl
   })
+  const provider = await createTestDatabase('chaos_provider')
+  cleanup.push(() => provider.drop())
+  let bouncer: PgBouncer | undefined
   try {
     const dbUrl = new URL(db.url)
+    if (options.pooler === 'pgbouncer') {
+      bouncer = await startPgBouncer({
+        target: db.url,
+        poolSize: POOLER_POOL_SIZE,
+        // Back in a second after Postgres restarts or fails over (the default waits 15 s between login attempts).
+        settings: { server_login_retry: 1 },
+      })
+      cleanup.push(() => bouncer!.stop())
+    }
     const dbProxy = await FaultProxy.start({
       name: 'proxy-db',
       protocol: 'tcp',
-      upstream: { host: '127.0.0.1', port: Number(dbUrl.port || 5432) },
+      upstream: { host: '127.0.0.1', port: bouncer?.port ?? Number(dbUrl.port || 5432) },
       random: random.fork('proxy-db'),
     })
     cleanup.push(() => dbProxy.close())
@@ -153,6 +179,8 @@ export async function run(
           PORT: String(port),
           HOST: '127.0.0.1',
           DATABASE_URL: proxiedDbUrl.toString(),
+          ...(bouncer ? { DATABASE_POOLER: 'transaction' } : {}),
+          PROVIDER_DATABASE_URL: provider.url,
           LOG_LEVEL: 'warn',
           ONCELY_LEASE_MS: String(LEASE_MS),
           ONCELY_RETENTION_MS: String(options.retentionMs),
@@ -168,6 +196,7 @@ export async function run(
           ...(options.fencing ? {} : { ONCELY_UNSAFE_DISABLE_FENCING: '1' }),
           ...(options.backstop ? {} : { ONCELY_UNSAFE_DISABLE_BACKSTOP: '1' }),
           ONCELY_RESERVATION: options.reservation,
+          ONCELY_REPLAY_CACHE: options.replayCache ? '1' : '0',
         }),
         onLine: (line) => {
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
@@ -236,6 +265,8 @@ export async function run(
     const keys = new Map<string, string>()
     /** When each intent first settled (ok or fail), by the driver's clock. */
     const settledAt = new Map<string, number>()
+    /** When each intent was first acknowledged as created (2xx). */
+    const createdAt = new Map<string, number>()
     const answered = new Set<string>()
     const drained = new Map<string, string[]>()
     const workerRandom = random.fork('workers')
@@ -277,6 +308,8 @@ export async function run(
             keys.set(event.intent, event.key)
           if (event.type === 'intent' && (event.phase === 'ok' || event.phase === 'fail'))
             if (!settledAt.has(event.intent)) settledAt.set(event.intent, Date.now())
+          if (event.type === 'intent' && event.phase === 'ok' && !createdAt.has(event.intent))
+            createdAt.set(event.intent, Date.now())
           if (event.type === 'intent' && event.phase !== 'invoke') answered.add(event.intent)
           record(name, event)
         },
@@ -295,6 +328,38 @@ export async function run(
     cleanup.push(async () => Promise.all(workers.map((w) => w.dispose())))
 
     // The nemesis, and the generator's intents spread over most of the fault phase.
+    const plan = planIntents(random.fork('generator'), {
+      intents: options.intents,
+      workers: options.workers,
+      changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
+      reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
+      expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
+    })
+    const planned = new Map(plan.map((intent) => [intent.id, intent]))
+    let replays = 0
+    /**
+     * After a failover, the intents acknowledged from shortly before it began go again with their key and body, as a
+     * client whose answer got lost would: each must get its stored answer (the key and its payment survived
+     * together) or, where the failover lost both, run again and get the charge the provider already took.
+     */
+    const replayAfterFailover = (since: number) => {
+      const recent = [...createdAt].filter(([id, at]) => at >= since && planned.get(id)?.kind === 'normal')
+      for (const [id] of recent.slice(-FAILOVER_REPLAYS)) {
+        const original = planned.get(id)!
+        const key = keys.get(id)
+        if (!key) continue
+        workers[original.worker]!.send(
+          JSON.stringify({
+            type: 'probe',
+            intent: `f${String(++replays).padStart(5, '0')}`,
+            of: id,
+            kind: 'failover-replay',
+            key,
+            body: original.body,
+          }),
+        )
+      }
+    }
     const nemesisRandom = random.fork('nemesis')
     const nemesis = startNemesis({
       random: nemesisRandom,
@@ -322,11 +387,30 @@ export async function run(
           return true
         },
         async restartDb() {
-          if (!postgres) return false
+          if (!cluster || cluster.rebuilding) return false
           fault('nemesis', 'restart-db', 'postgres', 'start')
-          await postgres.stop(30_000)
-          await postgres.start()
+          await cluster.restartPrimary()
           fault('nemesis', 'restart-db', 'postgres', 'stop')
+          return true
+        },
+        async failover() {
+          if (!cluster?.standbyReady) return false
+          const started = Date.now()
+          const detail = { replication: options.replication }
+          record('nemesis', { type: 'fault', fault: 'failover', target: 'postgres', phase: 'start', detail })
+          cluster.holdReplication()
+          const acked = () => [...createdAt.values()].filter((at) => at >= started).length
+          await waitFor(() => Date.now() - started >= FAILOVER_LAG_MS[0], FAILOVER_LAG_MS[0])
+          await waitFor(() => acked() >= FAILOVER_LAG_ACKS, FAILOVER_LAG_MS[1] - FAILOVER_LAG_MS[0])
+          const { walLostBytes } = await cluster.failover()
+          record('nemesis', {
+            type: 'fault',
+            fault: 'failover',
+            target: 'postgres',
+            phase: 'stop',
+            detail: { ...detail, walLostBytes, acknowledgedMeanwhile: acked() },
+          })
+          replayAfterFailover(started - FAILOVER_MARGIN_MS)
           return true
         },
         async killDbConnections() {
@@ -346,13 +430,6 @@ export async function run(
       },
     })
     const faultPhase = Date.now()
-    const plan = planIntents(random.fork('generator'), {
-      intents: options.intents,
-      workers: options.workers,
-      changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
-      reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
-      expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
-    })
     // Like an app that retries its pending intents when the connection comes back: without it an intent whose
     // retries ran out during an outage would wait for the drain, and little would settle under faults.
     const resumer = setInterval(() => {
@@ -369,11 +446,15 @@ export async function run(
       if (!key || settled === undefined) return final ? 'never' : 'wait'
       if (intent.kind !== 'expired-replay') return 'send'
       if (Date.now() < settled + options.retentionMs) return 'wait'
-      const { rows } = await db.pool.query(
-        'SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()',
-        [intent.tenant, key],
-      )
-      return rows.length === 0 ? 'send' : 'wait'
+      // The database may be restarting or failing over: ask again on a later turn.
+      const alive = await db.pool
+        .query('SELECT 1 FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2 AND expires_at > now()', [
+          intent.tenant,
+          key,
+        ])
+        .then(({ rows }) => rows.length > 0)
+        .catch(() => true)
+      return alive ? 'wait' : 'send'
     }
     const io = {
       keys,
@@ -434,7 +515,7 @@ export async function run(
     }
     shuttingDown = true
 
-    const finalDb = await readFinalDb(db.pool)
+    const finalDb = await readFinalDb(db.pool, { providerDb: provider.pool })
     const faults: Record<string, number> = {}
     for (const event of history.events) {
       if (event.type === 'fault' && event.phase !== 'stop')
@@ -465,16 +546,17 @@ export async function run(
     for (const fn of cleanup.reverse()) await fn().catch(() => {})
     history.close()
     await db.drop().catch(() => {})
-    await postgres?.dispose()
+    await cluster?.dispose()
     // A passing run keeps its history, logs and report; the cluster is only worth its space when a run failed.
-    if (postgres && passed) rmSync(pgdata, { recursive: true, force: true })
+    if (cluster && passed) rmSync(pgdata, { recursive: true, force: true })
   }
 }
 
 type Command =
   | { type: 'request'; intent: string; body: PlannedIntent['body'] }
   | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
-type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal'>
+/** The probes the generator plans (`failover-replay` ones are sent by the driver after a failover). */
+type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal' | 'failover-replay'>
 /** The fault each probe kind is counted as. */
 const PROBE_FAULTS = {
   'changed-payload': 'changed-payload',
@@ -539,14 +621,6 @@ async function dispatch(
 async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  const { port } = server.address() as { port: number }
-  await new Promise((r) => server.close(r))
-  return port
 }
 
 /** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */

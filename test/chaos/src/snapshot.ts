@@ -16,6 +16,8 @@ export interface Queryable {
 export interface SnapshotOptions {
   /** The idempotency table, schema-qualified and already quoted where needed. @default 'oncely.idempotency_keys' */
   keysTable?: string
+  /** The simulated provider's database, when it has its own (`PROVIDER_DATABASE_URL`). @default db */
+  providerDb?: Queryable
 }
 
 export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}): Promise<FinalDb> {
@@ -31,18 +33,19 @@ export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}):
     'SELECT id::text, tenant_id, amount::text, currency, reference, charge_id FROM payments ORDER BY created_at, id',
   )
   // The provider ledger has no reference of its own: a charge is attributed through the payment that recorded its
-  // charge id. DISTINCT ON keeps one row per charge even when (idempotency off) two payments share a charge.
-  const charges = await db.query<{
+  // charge id (the first one, when idempotency is off and two payments share a charge).
+  const charges = await (options.providerDb ?? db).query<{
     charge_id: string
     tenant_id: string
     amount: string
     currency: string
     status: string
-    reference: string | null
-  }>(`SELECT DISTINCT ON (c.charge_id) c.charge_id, c.tenant_id, c.amount::text, c.currency, c.status, p.reference
-        FROM provider_charges c
-        LEFT JOIN payments p ON p.charge_id = c.charge_id AND p.tenant_id = c.tenant_id
-       ORDER BY c.charge_id, p.created_at`)
+  }>('SELECT charge_id, tenant_id, amount::text, currency, status FROM provider_charges ORDER BY charge_id')
+  const referenceOf = new Map<string, string | null>()
+  for (const row of payments.rows) {
+    const charge = `${row.tenant_id}\u0000${row.charge_id}`
+    if (row.charge_id !== null && !referenceOf.has(charge)) referenceOf.set(charge, row.reference)
+  }
   const keys = await db.query<{
     scope: string
     key: string
@@ -72,7 +75,7 @@ export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}):
         tenantId: row.tenant_id,
         amount: Number(row.amount),
         currency: row.currency,
-        reference: row.reference,
+        reference: referenceOf.get(`${row.tenant_id}\u0000${row.charge_id}`) ?? null,
         status: row.status,
       }),
     ),

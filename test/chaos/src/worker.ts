@@ -30,7 +30,7 @@ type Command =
       type: 'probe'
       intent: string
       of: string
-      kind: 'changed-payload' | 'reordered' | 'expired-replay'
+      kind: 'changed-payload' | 'reordered' | 'expired-replay' | 'failover-replay'
       key: string
       body: PaymentBody
     }

@@ -47,6 +47,16 @@ function history() {
         ...(response ? { response } : { error: 'outcome unknown' }),
       })
     },
+    failover(phase: 'start' | 'stop', replication: 'sync' | 'async') {
+      return add({
+        type: 'fault',
+        fault: 'failover',
+        target: 'postgres',
+        phase,
+        process: 'nemesis',
+        detail: { replication },
+      })
+    },
     drain(pending: string[]) {
       return add({ type: 'drain', process: 'worker-1', pending })
     },
@@ -496,5 +506,102 @@ describe('check: histories that must produce violations', () => {
     const before = JSON.stringify([h.events, db])
     expect(check(h.events, db)).toEqual(check(h.events, db))
     expect(JSON.stringify([h.events, db])).toBe(before)
+  })
+})
+
+describe('check: failovers', () => {
+  /**
+   * i1 was acknowledged during an asynchronous failover and lost with its key; a replay after it ran again and
+   * recorded payment 2 with the charge the provider kept (the provider is another system: its charge survived).
+   */
+  function lostThenRedone(replication: 'sync' | 'async', redoneCharge = 'ch_i1_1') {
+    const h = history()
+    const lost = payment('i1', 1)
+    const redone = payment('i1', 2, { chargeId: redoneCharge })
+    h.failover('start', replication)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(lost))
+    h.failover('stop', replication)
+    h.invoke('f1', body('i1'), { key: 'k-i1', kind: 'failover-replay', of: 'i1' })
+    h.settle('f1', 'ok', created(redone), 'k-i1')
+    const db = ledger([redone])
+    if (redoneCharge !== lost.chargeId)
+      db.charges.push({ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null })
+    return { h, db, lost, redone }
+  }
+
+  it('classifies what an async failover lost as lost-in-failover, not a violation, and says what became of it', () => {
+    const { h, db, lost, redone } = lostThenRedone('async')
+    const result = check(h.events, db)
+    expect(result.violations).toEqual([])
+    expect(result.classes.i1).toBe('lost-in-failover')
+    expect(result.counts['lost-in-failover']).toBe(1)
+    expect(result.lostInFailover).toEqual([
+      {
+        intent: 'i1',
+        key: 'k-i1',
+        payment: lost.id,
+        chargeId: lost.chargeId,
+        redone: { payment: redone.id, chargeId: lost.chargeId },
+      },
+    ])
+  })
+
+  it('reports the same loss under sync replication: nothing acknowledged may be lost there', () => {
+    const { h, db } = lostThenRedone('sync')
+    expect(rules(check(h.events, db))).toEqual(
+      expect.arrayContaining(['ack-differs-from-effect', 'ack-differs-from-stored', 'acks-disagree']),
+    )
+  })
+
+  it('reports a retry after the failover that charged again (a step key that was not deterministic)', () => {
+    const { h, db } = lostThenRedone('async', 'ch_new')
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['duplicate-charge'])
+  })
+
+  it('reports a replay, after the failover, of a payment the failover lost (a key kept without its effect)', () => {
+    const h = history()
+    const lost = payment('i1', 1)
+    h.failover('start', 'async')
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(lost))
+    h.failover('stop', 'async')
+    h.invoke('f1', body('i1'), { key: 'k-i1', kind: 'failover-replay', of: 'i1' })
+    h.settle('f1', 'ok', created(lost), 'k-i1')
+    const db = ledger([], {
+      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
+    })
+    const result = check(h.events, db)
+    expect(rules(result)).toEqual(['replayed-lost-effect'])
+    expect(result.classes.i1).toBe('lost-in-failover')
+  })
+
+  it('reports a key that stores a response for a payment the ledger does not hold', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    const db = ledger([row])
+    db.keys.push({
+      tenantId: 't1',
+      key: 'k-gone',
+      state: 'succeeded',
+      responseStatus: 201,
+      responseBody: { id: 'pay_gone' },
+    })
+    expect(rules(check(h.events, db))).toEqual(['stored-response-without-effect'])
+  })
+
+  it('does not excuse a loss long before the failover began', () => {
+    const h = history()
+    const lost = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(lost))
+    const events = h.events.map((e) => ({ ...e, time: e.time - 60_000 }))
+    const start = h.failover('start', 'async')
+    h.failover('stop', 'async')
+    const result = check([...events, ...h.events.slice(start - 1)], ledger([]))
+    expect(rules(result)).toEqual(['lost-acknowledged'])
   })
 })

@@ -8,7 +8,7 @@ describe('startNemesis', () => {
     const errors: unknown[] = []
     const nemesis = startNemesis({
       random: createRandom(1),
-      faults: ['drop-request', 'kill-db-connections', 'pause-server', 'restart-db'],
+      faults: ['drop-request', 'kill-db-connections', 'pause-server', 'restart-db', 'failover'],
       pauseMs: 5,
       meanIntervalMs: 10,
       onError: (error) => errors.push(error),
@@ -19,12 +19,13 @@ describe('startNemesis', () => {
           throw new Error('database is down')
         },
         killDbConnections: async () => void done.push('kill-db-connections'),
+        failover: async () => void done.push('failover'),
       },
     })
-    for (let i = 0; i < 100 && done.length < 6; i++) await new Promise((r) => setTimeout(r, 10))
+    for (let i = 0; i < 100 && done.length < 8; i++) await new Promise((r) => setTimeout(r, 10))
     await nemesis.stop()
-    expect(done.slice(0, 3).sort()).toEqual(['kill-db-connections', 'pause-server', 'restart-db'])
-    expect(done.length).toBeGreaterThanOrEqual(6)
+    expect(done.slice(0, 4).sort()).toEqual(['failover', 'kill-db-connections', 'pause-server', 'restart-db'])
+    expect(done.length).toBeGreaterThanOrEqual(8)
     expect(errors.length).toBe(done.filter((d) => d === 'restart-db').length)
     const count = done.length
     await new Promise((r) => setTimeout(r, 50))
@@ -45,6 +46,7 @@ describe('startNemesis', () => {
           done.push('pause-server')
         },
         restartDb: async () => expect.fail('not enabled'),
+        failover: async () => expect.fail('not enabled'),
         killDbConnections: async () => void done.push('kill-db-connections'),
       },
     })
@@ -65,6 +67,7 @@ describe('startNemesis', () => {
         pauseServer: async () => expect.fail('no pause expected'),
         restartDb: async () => expect.fail('no restart expected'),
         killDbConnections: async () => expect.fail('no kill expected'),
+        failover: async () => expect.fail('no failover expected'),
       },
     })
     await nemesis.stop()

@@ -285,6 +285,28 @@ describe('FaultProxy (tcp)', () => {
     expect(p.counts).toMatchObject({ pass: 1, 'drop-request': 1 })
   })
 
+  it('hold: the upstream bytes wait until release, while the client still sends; a kill loses what was held', async () => {
+    const port = await echo()
+    const { proxy: p } = await proxy({ upstream: { port }, protocol: 'tcp' })
+    p.hold()
+    const answered = talk(p.port, 'ping')
+    let early: string | undefined
+    void answered.then((text) => {
+      early = text
+    })
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(early).toBeUndefined()
+    p.release()
+    expect(await answered).toBe('ping')
+
+    p.hold()
+    const lost = talk(p.port, 'pong')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    p.killAll()
+    p.release()
+    await expect(lost).rejects.toThrow('closed')
+  })
+
   it('refuses duplication in tcp mode', async () => {
     await expect(
       FaultProxy.start({

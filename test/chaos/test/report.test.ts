@@ -21,6 +21,9 @@ describe('parseOptions', () => {
       backstop: true,
       retentionMs: 45_000,
       reservation: 'lock',
+      replication: 'sync',
+      pooler: 'none',
+      replayCache: true,
       servers: 2,
       workers: 3,
       runDir: '/tmp/chaos-root/runs/2026-01-02T03-04-05-000Z-seed-42',
@@ -58,6 +61,10 @@ describe('parseOptions', () => {
       retentionMs: 10_000,
     })
     expect(parseOptions(['--faults', 'none', '--seed', '1'], ROOT).faults).toEqual([])
+    expect(parseOptions(['--replication', 'async', '--pooler', 'pgbouncer'], ROOT)).toMatchObject({
+      replication: 'async',
+      pooler: 'pgbouncer',
+    })
   })
 
   it('rejects bad values, naming the option', () => {
@@ -70,6 +77,8 @@ describe('parseOptions', () => {
     expect(() => parseOptions(['--servers', '1'], ROOT)).toThrow(/`--servers`/)
     expect(() => parseOptions(['--backstop', 'no'], ROOT)).toThrow(/`--backstop`/)
     expect(() => parseOptions(['--retention', '2s'], ROOT)).toThrow(/`--retention` to be at least 5s/)
+    expect(() => parseOptions(['--replication', 'semi'], ROOT)).toThrow(/`--replication` to be sync or async/)
+    expect(() => parseOptions(['--pooler', 'pgpool'], ROOT)).toThrow(/`--pooler` to be none or pgbouncer/)
     expect(() => parseOptions(['--colour'], ROOT)).toThrow()
   })
 
@@ -90,13 +99,17 @@ describe('parseOptions', () => {
         'off',
         '--retention',
         '20s',
+        '--replication',
+        'async',
+        '--pooler',
+        'pgbouncer',
       ],
       ROOT,
       NOW,
     )
     const command = reproduceCommand(options)
     expect(command).toBe(
-      'pnpm chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off --backstop off --retention 20s',
+      'pnpm chaos --seed 99 --tier quick --intents 30 --duration 45s --servers 2 --workers 3 --faults delay,restart-db --fencing off --backstop off --retention 20s --replication async --pooler pgbouncer',
     )
     const again = parseOptions(command.split(' ').slice(2), ROOT, NOW)
     expect(again).toEqual(options)

@@ -80,5 +80,5 @@ export async function createTestDatabase(
 }
 
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
-export { type PgBouncer, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
+export { type PgBouncer, type PgBouncerOptions, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
 export { optionalService, waitFor } from './services.js'

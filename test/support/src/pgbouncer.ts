@@ -52,20 +52,34 @@ const accepts = (port: number) =>
     socket.on('error', () => resolve(false))
   })
 
+/** Options of {@link startPgBouncer}. */
+export interface PgBouncerOptions {
+  /** Server connections per database. @default 4 */
+  poolSize?: number
+  /** The Postgres server to pool (its user and password are used; its database name is not). @default DATABASE_URL */
+  target?: string
+  /**
+   * More `[pgbouncer]` settings, e.g. `{ server_login_retry: 1 }`.
+   * @default {}
+   */
+  settings?: Record<string, string | number>
+}
+
 /**
- * Starts PgBouncer in transaction mode in front of the server DATABASE_URL names: every database on it, through one
- * pool per database of `poolSize` server connections, so consecutive transactions of one client land on different
- * server connections (which is what breaks session state and prepared statements). Throws when pgbouncer is missing.
+ * Starts PgBouncer in transaction mode in front of a Postgres server (the one DATABASE_URL names unless `target`
+ * says otherwise): every database on it, through one pool per database of `poolSize` server connections, so
+ * consecutive transactions of one client land on different server connections (which is what breaks session state
+ * and prepared statements). Throws when pgbouncer is missing.
  *
  * @example
  * const bouncer = await startPgBouncer()
  * const pool = new pg.Pool({ connectionString: bouncer.url(db.name) })
  */
-export async function startPgBouncer(options: { poolSize?: number } = {}): Promise<PgBouncer> {
+export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<PgBouncer> {
   const binary = pgbouncerPath()
   if (!binary)
     throw new Error('pgbouncer is not installed (Debian: apt-get install pgbouncer, or set PGBOUNCER_PATH).')
-  const target = new URL(adminUrl())
+  const target = new URL(options.target ?? adminUrl())
   const user = decodeURIComponent(target.username || 'postgres')
   const password = decodeURIComponent(target.password)
   const port = await freePort()
@@ -86,6 +100,9 @@ default_pool_size = ${options.poolSize ?? 4}
 max_client_conn = 500
 logfile = ${path.join(dir, 'pgbouncer.log')}
 ignore_startup_parameters = extra_float_digits,options,application_name
+${Object.entries(options.settings ?? {})
+  .map(([name, value]) => `${name} = ${value}`)
+  .join('\n')}
 `,
   )
   // PgBouncer refuses to run as root: as root, run it as the `postgres` user, which must own its files.
@@ -119,7 +136,7 @@ ignore_startup_parameters = extra_float_digits,options,application_name
   return {
     port,
     url: (database) => {
-      const url = new URL(withDatabase(adminUrl(), database))
+      const url = new URL(withDatabase(target.toString(), database))
       url.hostname = '127.0.0.1'
       url.port = String(port)
       return url.toString()

@@ -14,6 +14,11 @@ export type DispatcherEvent =
   /** The claim lease ran out before the mark: another dispatcher owns the row now and will publish it again. */
   | { type: 'lease_lost'; id: string }
   | { type: 'error'; error: unknown }
+  /**
+   * LISTEN never hears its own check notification: the pool goes through a pooler in transaction mode. Sent once;
+   * the dispatcher polls from then on. Its message says why and what to configure.
+   */
+  | { type: 'listen_unavailable'; error: Error }
 
 /** Options of {@link createDispatcher}. */
 export interface DispatcherOptions {
@@ -51,12 +56,19 @@ export interface DispatcherOptions {
    */
   retryDelayMs?: (attempt: number) => number
   /**
-   * LISTEN for the NOTIFY that `enqueue` sends. Turn off behind a transaction-mode pooler (PgBouncer), which does
-   * not support LISTEN; polling alone then delivers.
+   * LISTEN for the NOTIFY that `enqueue` sends. Turn off behind a pooler in transaction mode (PgBouncer, RDS
+   * Proxy...), where a LISTEN's session goes to other clients and no notification ever arrives; polling alone then
+   * delivers. Left on there, the dispatcher finds out by itself: each LISTEN is followed by a NOTIFY of its own,
+   * and when that has not arrived within 10 s it reports `listen_unavailable` once and polls from then on.
    * @default true
+   * @example
+   * createDispatcher({ pool: pgbouncerPool, publisher, listen: false, pollIntervalMs: 250 })
    */
   listen?: boolean
-  /** Receives typed events. Must not throw. */
+  /**
+   * Receives typed events. Must not throw.
+   * @default logs `listen_unavailable` with `console.error`, ignores the rest
+   */
   onEvent?: (event: DispatcherEvent) => void
 }
 
@@ -80,6 +92,11 @@ export interface Dispatcher {
 }
 
 const defaultRetryDelay = (attempt: number) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
+
+/** How long a LISTEN may take to hear its own check notification before the dispatcher gives up on it. */
+const LISTEN_CHECK_MS = 10_000
+/** The payload of that check, told apart from `enqueue`'s (empty) notifications. */
+const LISTEN_CHECK = 'oncely:listen-check:'
 
 function describe(error: unknown): string {
   return (error instanceof Error ? `${error.name}: ${error.message}` : String(error)).slice(0, 2_000)
@@ -119,9 +136,14 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   const pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1_000)
   const retryDelayMs = options.retryDelayMs ?? defaultRetryDelay
   if (typeof retryDelayMs !== 'function') throw new TypeError('Expected `retryDelayMs` to be a function.')
+  const onEvent =
+    options.onEvent ??
+    ((event: DispatcherEvent) => {
+      if (event.type === 'listen_unavailable') console.error(event.error.message)
+    })
   const emit = (event: DispatcherEvent) => {
     try {
-      options.onEvent?.(event)
+      onEvent(event)
     } catch {
       // An observer must not stop the dispatcher.
     }
@@ -176,13 +198,52 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   let releaseListener: (() => Promise<void>) | undefined
   let notified = false
   let wake: (() => void) | undefined
-  const onNotification = () => {
+  // The check of the current LISTEN: its payload, and the timer that gives up on it.
+  let check: { payload: string; timer: NodeJS.Timeout } | undefined
+  // Set once a LISTEN heard nothing: never listened again.
+  let deaf = false
+  const onNotification = (message: pg.Notification) => {
+    if (check && message.payload === check.payload) {
+      clearTimeout(check.timer)
+      check = undefined
+    }
     notified = true
     wake?.()
   }
 
+  async function giveUpListening(): Promise<void> {
+    deaf = true
+    check = undefined
+    const release = releaseListener
+    listener = undefined
+    releaseListener = undefined
+    emit({
+      type: 'listen_unavailable',
+      error: new Error(
+        `The outbox dispatcher's LISTEN did not hear its own NOTIFY within ${LISTEN_CHECK_MS / 1000} s: its pool goes through a pooler in transaction mode (PgBouncer, RDS Proxy...), which hands a LISTEN's connection to other clients, so no notification ever arrives. It polls every ${pollIntervalMs} ms from now on; set createDispatcher({ listen: false }) to make that the configuration (and pollIntervalMs to the delay you accept), or give it a pool with connections of its own (session mode) to be woken at each commit.`,
+      ),
+    })
+    await release?.()
+  }
+
+  /** Sends the LISTEN's check notification from another connection, and gives up on it if it never arrives. */
+  function checkListening(client: pg.PoolClient): void {
+    const payload = `${LISTEN_CHECK}${randomUUID()}`
+    const timer = setTimeout(() => {
+      if (listener === client && check?.payload === payload) void giveUpListening()
+    }, LISTEN_CHECK_MS)
+    timer.unref?.()
+    check = { payload, timer }
+    pool.query('SELECT pg_notify($1, $2)', [channel, payload]).catch((error: unknown) => {
+      // Not sent, so nothing can be concluded: the next LISTEN checks again.
+      clearTimeout(timer)
+      if (check?.payload === payload) check = undefined
+      emit({ type: 'error', error })
+    })
+  }
+
   async function ensureListening(): Promise<void> {
-    if (options.listen === false || listener) return
+    if (options.listen === false || deaf || listener) return
     const client = await pool.connect()
     // Attached only while the dispatcher holds the client: once released, its errors are the pool's.
     const onError = (error: Error) => {
@@ -201,6 +262,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     client.on('notification', onNotification)
     client.on('error', onError)
     listener = client
+    checkListening(client)
     releaseListener = async () => {
       client.off('notification', onNotification)
       let broken: Error | undefined
@@ -247,6 +309,8 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     },
     async stop() {
       running = false
+      if (check) clearTimeout(check.timer)
+      check = undefined
       wake?.()
       await loop
       loop = undefined

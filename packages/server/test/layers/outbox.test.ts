@@ -1,7 +1,8 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { TestDatabase } from '@oncely/test-support'
-import { waitFor } from '@oncely/test-support'
+import { pgbouncerPath, startPgBouncer, waitFor } from '@oncely/test-support'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   createDispatcher,
@@ -150,6 +151,58 @@ describe('dispatcher', () => {
       await dispatcher.stop()
     }
   })
+
+  // Regression: through PgBouncer in transaction mode, LISTEN lands on a server connection the pooler gives to other
+  // clients, and the dispatcher waited for notifications that never came, saying nothing.
+  it.skipIf(!pgbouncerPath() && !process.env.CI)(
+    'behind a transaction-mode pooler, finds LISTEN deaf, says so once with the fix, and delivers by polling',
+    async () => {
+      const bouncer = await startPgBouncer({ poolSize: 2 })
+      const pooled = new pg.Pool({ connectionString: bouncer.url(db.name), max: 4 })
+      pooled.on('error', () => {})
+      const direct: DispatcherEvent[] = []
+      const behind: DispatcherEvent[] = []
+      const t = topic()
+      const publisher = recorder()
+      // The direct one starts first, so its own check is past its bound when the pooled one gives up. It has a database
+      // of its own: on this one it would take the message the pooled one must poll for.
+      const other = await setupDatabase('outbox_direct')
+      const reference = createDispatcher({
+        pool: other.pool,
+        publisher: recorder(),
+        pollIntervalMs: 600_000,
+        onEvent: (event) => direct.push(event),
+      })
+      const dispatcher = createDispatcher({
+        pool: pooled,
+        publisher,
+        pollIntervalMs: 100,
+        onEvent: (event) => behind.push(event),
+      })
+      reference.start()
+      await sleep(100)
+      dispatcher.start()
+      try {
+        await waitFor('listen_unavailable', () => behind.some((e) => e.type === 'listen_unavailable'), 30_000)
+        const [event] = behind.filter((e) => e.type === 'listen_unavailable')
+        expect((event as { error: Error }).error.message).toContain('pooler in transaction mode')
+        expect((event as { error: Error }).error.message).toContain('createDispatcher({ listen: false })')
+        await enqueueCommitted([{ topic: t, payload: 'polled' }])
+        await waitFor('the polled publish', () => publisher.seen.some((m) => m.topic === t), 10_000)
+        await sleep(300)
+        expect(behind.filter((e) => e.type === 'listen_unavailable')).toHaveLength(1)
+        // On a connection of its own, LISTEN heard its check: no such event, and NOTIFY still wakes it.
+        expect(direct.filter((e) => e.type === 'listen_unavailable')).toEqual([])
+      } finally {
+        await dispatcher.stop()
+        await reference.stop()
+        await other.drop()
+        await pooled.end()
+        await bouncer.stop()
+      }
+    },
+    60_000,
+  )
 
   it("a stopped dispatcher leaves its LISTEN connection to the pool: a later error on it is the pool's alone", async () => {
     const own = await setupDatabase('outbox_stop')
