@@ -57,8 +57,7 @@ export interface AppOptions {
    */
   behindTransactionPooler?: boolean
   /**
-   * The engine's in-process replay cache (`EngineOptions.replayCache`); off under asynchronous replication, whose
-   * failover can lose a finished record the cache would go on replaying.
+   * The engine's in-process replay cache (`EngineOptions.replayCache`).
    * @default true
    */
   replayCache?: boolean

@@ -75,9 +75,7 @@ export interface Config {
   /** The engine's reservation protocol, `lock` or `row` (`ONCELY_RESERVATION`; see @oncely/server). @default 'lock' */
   reservation: 'row' | 'lock'
   /**
-   * Answer replays of finished keys from the engine's in-process cache (`ONCELY_REPLAY_CACHE=0` turns it off). The
-   * cache trusts that a finished record cannot change before it expires; a failover under asynchronous replication
-   * that loses the record (and its payment) breaks that, and the cache would replay a payment that is gone.
+   * Answer replays of finished keys from the engine's in-process cache (`ONCELY_REPLAY_CACHE=0` turns it off).
    * @default true
    */
   replayCache: boolean

@@ -1,6 +1,7 @@
 // The in-process cache of finished responses: replays and 422s without a round trip, never past the record's expiry,
 // bounded by count and bytes, and off when asked.
 import type { TestDatabase } from '@oncely/test-support'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ReplayCache } from '../src/engine/replay-cache.js'
 import { createEngine, type ExecutionContext, postgresStore } from '../src/index.js'
@@ -99,6 +100,28 @@ describe('replay cache', () => {
     expect(await checkoutsOf(() => other.execute(input(key)))).toBe(0)
     await sleep(450)
     expect(await other.peek(input(key))).toBeNull()
+  })
+
+  it('forgets everything it cached when the connections to the store are lost (a failover can lose committed records)', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 })
+    pool.on('error', () => {})
+    try {
+      const { engine } = engineFor(pool)
+      const key = freshKey()
+      await engine.execute(input(key))
+      expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0) // cached
+      // The database goes away under the pool (a primary crashing before its failover), and the record with it, as
+      // asynchronous replication can lose a commit the standby never received.
+      await db.pool.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''`,
+      )
+      await db.pool.query('DELETE FROM oncely.idempotency_keys WHERE key = $1', [key])
+      await sleep(100)
+      // Not a replay of a record the database no longer has: the key runs again.
+      expect(await engine.execute(input(key))).toMatchObject({ kind: 'executed' })
+    } finally {
+      await pool.end()
+    }
   })
 
   it('is bounded by maxEntries (least recently used out first)', async () => {

@@ -47,8 +47,8 @@ export interface ChaosOptions {
    */
   pooler: 'none' | 'pgbouncer'
   /**
-   * The demo's in-process replay cache (`ONCELY_REPLAY_CACHE`). Under asynchronous replication it must be off: it
-   * replays a finished key whose record and payment the failover lost. @default true
+   * The demo's in-process replay cache (`ONCELY_REPLAY_CACHE`). The engine empties it when its connections break, so
+   * a failover that loses a finished record is not answered from memory. @default true
    */
   replayCache: boolean
   /** API instances behind the proxies. @default 2 */

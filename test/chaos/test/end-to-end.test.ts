@@ -71,7 +71,10 @@ describe('a failover under asynchronous replication', () => {
     )
 
   it('loses what the standby had not received, key and payment together; a retry charges once', async () => {
-    const report = await run(failover('async', '--replay-cache=off'), () => {})
+    // With the engine's replay cache on, as by default: a finished record lost by the failover must not be replayed
+    // from memory (the engine empties its cache when its connections break; the checker's rule
+    // replayed-lost-effect, unit-tested in checker.test.ts, catches it when it does not).
+    const report = await run(failover('async'), () => {})
     const summary = formatSummary(report)
     console.log(summary)
     expect(report.violations, summary).toEqual([])
@@ -82,15 +85,6 @@ describe('a failover under asynchronous replication', () => {
     const redone = report.lostInFailover.filter((lost) => lost.redone)
     expect(redone.length, summary).toBeGreaterThan(0)
     for (const lost of redone) expect(lost.redone!.chargeId).toBe(lost.chargeId)
-  }, 300_000)
-
-  it("is caught replaying a payment it lost when the engine's in-process replay cache is on", async () => {
-    // The cache holds finished responses on the premise that a finished record cannot change before it expires;
-    // a failover that loses the record breaks it, and the cache replays a payment that no longer exists.
-    const report = await run(failover('async-cached'), () => {})
-    expect(report.outcomes['lost-in-failover']).toBeGreaterThan(0)
-    expect(report.valid).toBe(false)
-    expect(new Set(report.violations.map((v) => v.rule))).toEqual(new Set(['replayed-lost-effect']))
   }, 300_000)
 })
 

@@ -133,7 +133,6 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   }
   // Undefined while nobody listens (no onEvent, no observer), so `emit?.({...})` does not even build the event.
   let emit: ((event: EngineEvent) => void) | undefined = onEvent ? deliver : undefined
-  onPoolError(pool, (error) => emit?.({ type: 'store_error', error }))
 
   const protocol: ReservationProtocol =
     config.reservation === 'lock'
@@ -141,6 +140,14 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       : rowReservation(store, config.fenced)
   const failingOpen = failOpenReservation(pool)
   const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
+  // A finished record can only vanish before its expiry with the database's own past: a failover to a standby that
+  // never received its commit (asynchronous replication), a restore. Both first break the connections, so losing
+  // them empties the cache and every answer is asked of the database again.
+  const storeLost = () => cache?.clear()
+  onPoolError(pool, (error) => {
+    storeLost()
+    emit?.({ type: 'store_error', error })
+  })
 
   const unavailable = (error: unknown): Outcome => ({
     kind: 'unavailable',
@@ -149,6 +156,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   })
   /** Reports a store error, diagnosed first (a transaction-mode pooler is named, and adapted to, here). */
   const storeError = (error: unknown, id?: KeyId): unknown => {
+    storeLost()
     const diagnosed = detectPooler(store, error) ?? error
     emit?.({ type: 'store_error', error: diagnosed, ...id })
     return diagnosed
@@ -242,6 +250,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     const abort = new LazyAbort()
     let broken: Error | undefined
     const onClientError = (error: Error) => {
+      storeLost()
       // The first error says why (Postgres's own, such as the lease guard's 25P03); the socket's close follows it.
       broken ??= error
       abort.abort(error)

@@ -116,6 +116,14 @@ export class ReplayCache {
     }
   }
 
+  /** Forgets every record. */
+  clear(): void {
+    this.#entries.clear()
+    this.#oldest = undefined
+    this.#newest = undefined
+    this.#bytes = 0
+  }
+
   /** Forgets a record (it was deleted). */
   delete(id: RecordId): void {
     const entry = this.#entries.get(idOf(id))
