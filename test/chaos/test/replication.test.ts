@@ -3,13 +3,16 @@
  * standby had not received when the primary crashed is lost; under `sync` that commit never returned, and everything
  * that did survives. After a failover a new standby is built, so the cluster can fail over again.
  */
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
+import { createInterface } from 'node:readline'
 import pg from 'pg'
 import { afterAll, describe, expect, it } from 'vitest'
 import { ReplicatedCluster, type Replication } from '../src/replication.js'
 
+const SCRIPT = resolve(import.meta.dirname, '../../../scripts/pg-server.mjs')
 const dir = mkdtempSync(join(tmpdir(), 'oncely-replication-'))
 chmodSync(dir, 0o755) // as root, the servers run as the `postgres` OS user
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -28,10 +31,13 @@ async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>)
 const rows = (cluster: ReplicatedCluster) =>
   withClient(cluster.url, async (c) => (await c.query('SELECT n FROM t ORDER BY n')).rows.map((r) => r.n))
 
-async function startCluster(replication: Replication): Promise<ReplicatedCluster> {
+async function startCluster(
+  replication: Replication,
+  name: string = replication,
+): Promise<ReplicatedCluster> {
   const cluster = await ReplicatedCluster.start({
-    dir: join(dir, replication),
-    logDir: join(dir, replication, 'logs'),
+    dir: join(dir, name),
+    logDir: join(dir, name, 'logs'),
     replication,
   })
   await withClient(cluster.url, (c) => c.query('CREATE TABLE t (n int); INSERT INTO t VALUES (1)'))
@@ -80,6 +86,55 @@ describe.sequential('a primary with a streaming standby', () => {
       await waitFor(() => cluster.standbyReady)
       await cluster.failover()
       expect(await rows(cluster)).toEqual([1, 3])
+    } finally {
+      await cluster.dispose()
+    }
+  }, 180_000)
+})
+
+describe('scripts/pg-server.mjs', () => {
+  it('exits on SIGTERM only once its Postgres has stopped (regression: a restart found the old postmaster.pid)', async () => {
+    const data = join(dir, 'sigterm')
+    for (let round = 0; round < 3; round++) {
+      const server = spawn(process.execPath, [SCRIPT, '--dir', data, '--persistent'], {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      })
+      const url = await new Promise<string>((resolve, reject) => {
+        createInterface({ input: server.stdout }).on('line', (line) => {
+          if (line.startsWith('READY ')) resolve(line.slice('READY '.length))
+        })
+        server.once('exit', (code) => reject(new Error(`pg-server exited with ${code}`)))
+      })
+      // Work for the shutdown checkpoint to write.
+      await withClient(url, (c) =>
+        c.query(
+          'CREATE TABLE IF NOT EXISTS w (n int); INSERT INTO w SELECT g FROM generate_series(1, 200000) g',
+        ),
+      )
+      const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)))
+      server.kill('SIGTERM')
+      expect(await exited).toBe(0)
+      expect(existsSync(join(data, 'postmaster.pid'))).toBe(false)
+    }
+  }, 180_000)
+})
+
+describe('a restart of the primary', () => {
+  it('brings the primary back with what it had, with a client connected while it stops', async () => {
+    const cluster = await startCluster('sync', 'restart')
+    try {
+      for (let round = 0; round < 3; round++) {
+        // Work for the shutdown checkpoint to write, and a client connected while it happens.
+        await withClient(cluster.url, (c) =>
+          c.query('INSERT INTO t SELECT g FROM generate_series(1, 200000) g'),
+        )
+        const held = new pg.Client({ connectionString: cluster.url })
+        held.on('error', () => {})
+        await held.connect()
+        await cluster.restartPrimary()
+        await held.end().catch(() => {})
+      }
+      expect((await rows(cluster)).length).toBe(1 + 3 * 200_000)
     } finally {
       await cluster.dispose()
     }
