@@ -2,10 +2,10 @@
 // loses the key within about the lease, because Postgres ends its idle transaction; a second attempt then executes,
 // and the stopped one, continued, cannot commit. Under both protocols. And under the lock protocol, a handler busy
 // in a statement is not idle: it keeps its key however long the statement runs.
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+import type { ChildProcessWithoutNullStreams } from 'node:child_process'
 import { createInterface } from 'node:readline'
-import { fileURLToPath } from 'node:url'
 import type { TestDatabase } from '@oncely/test-support'
+import { spawnTsx } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { engineFor, freshKey, paymentsFor, payRequest, reservation, setupDatabase, sleep } from './helpers.js'
 
@@ -18,16 +18,10 @@ afterAll(() => db.drop())
 const LEASE_MS = 1_000
 
 function startHolder(key: string): { child: ChildProcessWithoutNullStreams; lines: AsyncIterator<string> } {
-  const child = spawn(
-    process.execPath,
-    [
-      '--conditions=@oncely/source',
-      '--import',
-      'tsx',
-      fileURLToPath(new URL('fixtures/stalled-holder.ts', import.meta.url)),
-    ],
-    { env: { ...process.env, DATABASE_URL: db.url, LEASE_MS: String(LEASE_MS), KEY: key }, stdio: 'pipe' },
-  )
+  const child = spawnTsx(new URL('fixtures/stalled-holder.ts', import.meta.url), [], {
+    env: { ...process.env, DATABASE_URL: db.url, LEASE_MS: String(LEASE_MS), KEY: key },
+    stdio: 'pipe',
+  })
   let stderr = ''
   child.stderr.on('data', (chunk) => {
     stderr += chunk

@@ -3,9 +3,8 @@
 // NATS when the example imports them. See src/snippets.ts for the directives that change what is done.
 import { execFileSync, spawn } from 'node:child_process'
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
-import { createTestDatabase, optionalService, waitFor } from '@oncely/test-support'
+import { accepts, createTestDatabase, freePort, optionalService, waitFor } from '@oncely/test-support'
 import { describe, expect, it } from 'vitest'
 import { extractSnippets, type Snippet } from '../src/snippets.js'
 
@@ -71,26 +70,6 @@ function toMarkdownLocations(output: string): string {
     },
   )
 }
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
-}
-
-const accepts = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.on('error', () => resolve(false))
-  })
 
 /** Runs one example as a user would (`node --import tsx`), with its services in the environment. */
 async function runSnippet(snippet: Snippet, env: NodeJS.ProcessEnv): Promise<void> {

@@ -81,4 +81,5 @@ export async function createTestDatabase(
 
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
 export { type PgBouncer, type PgBouncerOptions, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
-export { optionalService, waitFor } from './services.js'
+export { accepts, freePort, optionalService, waitFor } from './services.js'
+export { spawnTsx } from './tsx.js'

@@ -2,11 +2,10 @@
 // production Postgres is reached through. Debian's `pgbouncer` package (`.ci/run` installs it), or PGBOUNCER_PATH.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { accessSync, chownSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import net from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { adminUrl, withDatabase } from './index.js'
-import { waitFor } from './services.js'
+import { accepts, freePort, waitFor } from './services.js'
 
 /** A running PgBouncer. */
 export interface PgBouncer {
@@ -31,26 +30,6 @@ export function pgbouncerPath(): string | undefined {
   }
   return undefined
 }
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
-}
-
-const accepts = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.on('error', () => resolve(false))
-  })
 
 /** Options of {@link startPgBouncer}. */
 export interface PgBouncerOptions {

@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { spawnTsx } from '@oncely/test-support'
 import { afterAll, expect, it } from 'vitest'
 import { fileStore } from '../../src/stores/node.js'
 
@@ -15,17 +15,10 @@ it('a process SIGKILLed in the middle of rewriting an intent leaves a whole reco
   for (let round = 0; round < 3; round++) {
     const dir = await mkdtemp(join(tmpdir(), 'oncely-crash-'))
     dirs.push(dir)
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@oncely/source',
-        '--import',
-        'tsx',
-        fileURLToPath(new URL('./fixtures/write-loop.ts', import.meta.url)),
-        dir,
-      ],
-      { cwd: fileURLToPath(new URL('../..', import.meta.url)), stdio: ['ignore', 'pipe', 'inherit'] },
-    )
+    const child = spawnTsx(new URL('./fixtures/write-loop.ts', import.meta.url), [dir], {
+      cwd: fileURLToPath(new URL('../..', import.meta.url)),
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()))
     await new Promise((resolve) => setTimeout(resolve, 50 + round * 70))
     child.kill('SIGKILL')

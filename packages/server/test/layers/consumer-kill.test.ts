@@ -1,11 +1,7 @@
-// A consumer SIGKILLed in the middle of a message (its effect written, its transaction open, nothing acked): how long
-// until the redelivery is applied, under each reservation protocol. Real process, real signal, real NATS.
-import { spawn } from 'node:child_process'
-import { fileURLToPath } from 'node:url'
 import { AckPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
-import { optionalService } from '@oncely/test-support'
+import { optionalService, spawnTsx } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createInbox } from '../../src/inbox/index.js'
 import { consumeJetStreamMessage } from '../../src/nats/index.js'
@@ -56,27 +52,18 @@ describe.skipIf(nats.skip)('a consumer SIGKILLed mid-message', () => {
       ack_wait: nanos(ACK_WAIT_MS),
     })
 
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@oncely/source',
-        '--import',
-        'tsx',
-        fileURLToPath(new URL('fixtures/consume-and-hang.ts', import.meta.url)),
-      ],
-      {
-        env: {
-          ...process.env,
-          DATABASE_URL: db.url,
-          NATS_URL: nats.url,
-          STREAM: stream,
-          DURABLE: durable,
-          RESERVATION: reservation,
-          LEASE_MS: String(ROW_LEASE_MS),
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
+    const child = spawnTsx(new URL('fixtures/consume-and-hang.ts', import.meta.url), [], {
+      env: {
+        ...process.env,
+        DATABASE_URL: db.url,
+        NATS_URL: nats.url,
+        STREAM: stream,
+        DURABLE: durable,
+        RESERVATION: reservation,
+        LEASE_MS: String(ROW_LEASE_MS),
       },
-    )
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let stderr = ''
     child.stderr.on('data', (chunk) => (stderr += chunk))
     const exited = new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal)))

@@ -1,5 +1,3 @@
-import { spawn } from 'node:child_process'
-import { fileURLToPath } from 'node:url'
 import {
   AckPolicy,
   type Consumer,
@@ -9,7 +7,7 @@ import {
 } from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
-import { optionalService } from '@oncely/test-support'
+import { optionalService, spawnTsx } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createInbox, type InboxEvent } from '../../src/inbox/index.js'
 import {
@@ -128,19 +126,10 @@ describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
   it('a dispatcher SIGKILLed between publish and mark publishes no duplicate a consumer acts on', async () => {
     const topic = `${subject}.killed`
     const ids = await enqueueOrders(topic, 3)
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@oncely/source',
-        '--import',
-        'tsx',
-        fileURLToPath(new URL('fixtures/dispatch-then-die.ts', import.meta.url)),
-      ],
-      {
-        env: { ...process.env, DATABASE_URL: db.url, NATS_URL: nats.url },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    )
+    const child = spawnTsx(new URL('fixtures/dispatch-then-die.ts', import.meta.url), [], {
+      env: { ...process.env, DATABASE_URL: db.url, NATS_URL: nats.url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (chunk) => (stdout += chunk))
