@@ -1,4 +1,4 @@
--- The floor from issue 8: the reservation inside the business transaction (one commit). Duplicates then wait on
+-- The one-commit floor: the reservation inside the business transaction (one commit). Duplicates then wait on
 -- the uncommitted key row instead of seeing 'in_progress'; see docs/benchmarks.md.
 \set n random(1, 2000000000)
 BEGIN;

@@ -1,5 +1,5 @@
 /**
- * Chaos for the other layers (issue 7): the outbox, the inbox, recovery points and the Redis soft lease, each under
+ * Chaos for the layers beyond HTTP: the outbox, the inbox, recovery points and the Redis soft lease, each under
  * the faults that break it, seeded by the suite's PRNG (`CHAOS_LAYERS_SEED=<n>` reproduces a run; the seed is
  * printed with the summary). Real services only: Postgres (a fresh database per scenario), NATS JetStream
  * (`NATS_URL`, a stream per run, deleted at the end) and Redis (`REDIS_URL`, a key prefix per run). Without

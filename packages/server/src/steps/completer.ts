@@ -68,7 +68,7 @@ export interface Completer {
 }
 
 /**
- * The completer of Brandur's design: a background process that finishes what a crashed server started, so an intent
+ * The completer: a background process that finishes what a crashed server started, so an intent
  * whose client gave up still completes (or compensates) instead of staying half done.
  *
  * @example

@@ -110,7 +110,7 @@ async function inTransaction<T>(pool: pg.Pool, work: (tx: pg.PoolClient) => Prom
 }
 
 /**
- * Builds an engine handler from atomic phases (Brandur Leach's recovery points): each step's local writes and the
+ * Builds an engine handler from atomic phases with recovery points: each step's local writes and the
  * recovery point past it commit in the step's own transaction, so a retry or a takeover resumes after the last
  * committed step and never repeats one that finished. External calls carry `stepKey`, derived from (scope,
  * operation, key, step), so a step that crashed mid-way and runs again is deduplicated by the provider. Needs two
