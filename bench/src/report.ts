@@ -189,6 +189,7 @@ export function markdown(report: BenchReport): string {
           'bare req/s',
           'instrumented req/s',
           'added p50 ms',
+          'server CPU/request, bare -> instrumented',
         ],
         report.otel.map((o) => [
           o.setup === 'sdk' ? 'SDK recording everything' : 'no SDK registered',
@@ -199,6 +200,9 @@ export function markdown(report: BenchReport): string {
           o.bareRps.toFixed(0),
           o.instrumentedRps.toFixed(0),
           ms(o.addedP50Ms),
+          o.cpuRatio === null
+            ? 'not measured'
+            : `${o.bareCpuUs!.toFixed(0)} -> ${o.instrumentedCpuUs!.toFixed(0)} us (${o.cpuRatio.toFixed(3)}x)`,
         ]),
       )}`,
     )
@@ -276,6 +280,9 @@ export function summary(report: BenchReport): unknown {
       bareRps: round(o.bareRps, 0),
       instrumentedRps: round(o.instrumentedRps, 0),
       addedP50Ms: round(o.addedP50Ms),
+      cpuRatio: o.cpuRatio === null ? null : round(o.cpuRatio),
+      bareCpuUs: o.bareCpuUs === null ? null : round(o.bareCpuUs, 0),
+      instrumentedCpuUs: o.instrumentedCpuUs === null ? null : round(o.instrumentedCpuUs, 0),
     })),
     targets: report.targets,
   }

@@ -167,6 +167,13 @@ export function evaluateTargets(report: BenchReport): Target[] {
       measured: cost ? `${cost.throughputRatio.toFixed(3)}x` : 'not measured',
       met: cost ? cost.throughputRatio >= 0.95 : null,
     })
+    // The same bound on the server's CPU per request, the reading that a busy machine disturbs least.
+    targets.push({
+      name: `oncely+otel server CPU per request, ${path} path, 10 connections, SDK recording every span and metric`,
+      goal: '<= 1.05x the bare engine',
+      measured: cost?.cpuRatio != null ? `${cost.cpuRatio.toFixed(3)}x` : 'not measured',
+      met: cost?.cpuRatio != null ? cost.cpuRatio <= 1.05 : null,
+    })
   }
   const noop = report.otel.find((o) => o.setup === 'noop' && o.path === 'first')
   targets.push({

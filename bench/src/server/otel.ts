@@ -14,6 +14,7 @@ import {
   AlwaysOnSampler,
   BatchSpanProcessor,
   type SpanExporter,
+  TraceIdRatioBasedSampler,
   TracerProvider,
 } from '@opentelemetry/sdk-trace'
 import { insertEntry, type Transfer } from './ledger.js'
@@ -30,6 +31,28 @@ const metricsSink: PushMetricExporter = {
   forceFlush: async () => {},
   shutdown: async () => {},
   selectAggregationTemporality: () => AggregationTemporality.CUMULATIVE,
+}
+
+/**
+ * An SDK that records every metric and samples every span (or the given ratio of them) into exporters that keep
+ * nothing, so what is measured is the SDK's work and the instrumentation's, not a collector's.
+ */
+export function recordingTelemetry(spanRatio = 1) {
+  const tracerProvider = new TracerProvider({
+    sampler: spanRatio >= 1 ? new AlwaysOnSampler() : new TraceIdRatioBasedSampler(spanRatio),
+    spanProcessors: [new BatchSpanProcessor({ exporter: spans })],
+  })
+  const meterProvider = new MeterProvider({
+    readers: [new PeriodicExportingMetricReader({ exporter: metricsSink, exportIntervalMillis: 10_000 })],
+  })
+  return {
+    tracerProvider,
+    meterProvider,
+    close: async () => {
+      await tracerProvider.shutdown()
+      await meterProvider.shutdown()
+    },
+  }
 }
 
 /**
@@ -61,20 +84,9 @@ function variant(name: string, sdk: boolean): Variant {
       let close = async () => {}
       let telemetry = {}
       if (sdk) {
-        const tracerProvider = new TracerProvider({
-          sampler: new AlwaysOnSampler(),
-          spanProcessors: [new BatchSpanProcessor({ exporter: spans })],
-        })
-        const meterProvider = new MeterProvider({
-          readers: [
-            new PeriodicExportingMetricReader({ exporter: metricsSink, exportIntervalMillis: 10_000 }),
-          ],
-        })
-        telemetry = { tracerProvider, meterProvider }
-        close = async () => {
-          await tracerProvider.shutdown()
-          await meterProvider.shutdown()
-        }
+        const recording = recordingTelemetry()
+        telemetry = recording
+        close = recording.close
       }
       await scope.register(idempotency, {
         engine: instrumentEngine(engine, telemetry),

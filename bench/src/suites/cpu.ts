@@ -20,7 +20,8 @@ export interface CpuSplit {
 
 const CLOCK_TICKS_PER_SECOND = 100 // USER_HZ: 100 on every Linux architecture Node runs on
 
-function cpuSeconds(pid: number): number {
+/** CPU seconds (user + system) a process has used so far, from /proc; 0 once it has ended. */
+export function cpuSeconds(pid: number): number {
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND

@@ -7,6 +7,7 @@
 import { keySequence, type LoadResult, load } from '../load.js'
 import { startServer } from '../server/process.js'
 import { median } from '../stats.js'
+import { cpuSeconds } from './cpu.js'
 
 export interface OtelCost {
   setup: 'sdk' | 'noop'
@@ -19,6 +20,15 @@ export interface OtelCost {
   instrumentedRps: number
   /** Median of instrumented p50 minus bare p50, in ms. */
   addedP50Ms: number
+  /**
+   * Median over rounds of the server process's CPU per request, instrumented divided by bare (Linux only; null
+   * elsewhere). CPU per request moves far less than req/s when other work shares the cores, so it is the reading to
+   * trust on a busy machine.
+   */
+  cpuRatio: number | null
+  /** Medians of the server process's CPU per request, microseconds. */
+  bareCpuUs: number | null
+  instrumentedCpuUs: number | null
   rounds: number
 }
 
@@ -69,7 +79,8 @@ export async function otelCost(options: {
           nextKey: keySequence(prefix('warm')),
         })
       for (const path of ['first', 'replay'] as const) {
-        const pairs: Array<{ bare: LoadResult; instrumented: LoadResult }> = []
+        type Run = LoadResult & { cpuUs: number }
+        const pairs: Array<{ bare: Run; instrumented: Run }> = []
         for (let round = 0; round < options.rounds; round++) {
           const run = async (url: string) => {
             const keys = prefix(path)
@@ -81,12 +92,15 @@ export async function otelCost(options: {
                 nextKey: keySequence(keys, options.amount),
               })
             }
-            return load({
+            const cpuBefore = cpuSeconds(server.pid)
+            const result = await load({
               url,
               connections: options.connections,
               amount: options.amount,
               nextKey: path === 'replay' ? keySequence(keys, options.amount) : keySequence(keys),
             })
+            const cpuUs = ((cpuSeconds(server.pid) - cpuBefore) * 1e6) / options.amount
+            return { ...result, cpuUs }
           }
           // Alternate which side goes first, so drift over a round hits both alike.
           const pair =
@@ -95,10 +109,12 @@ export async function otelCost(options: {
               : { instrumented: await run(instrumented), bare: await run(bare) }
           pairs.push(pair)
           options.log(
-            `  round ${round + 1} ${path.padEnd(6)} bare ${pair.bare.rps.toFixed(0)} req/s, instrumented ${pair.instrumented.rps.toFixed(0)} req/s (${(pair.instrumented.rps / pair.bare.rps).toFixed(3)}x)`,
+            `  round ${round + 1} ${path.padEnd(6)} bare ${pair.bare.rps.toFixed(0)} req/s ${pair.bare.cpuUs.toFixed(0)} us CPU, instrumented ${pair.instrumented.rps.toFixed(0)} req/s ${pair.instrumented.cpuUs.toFixed(0)} us CPU (${(pair.instrumented.rps / pair.bare.rps).toFixed(3)}x)`,
           )
         }
         const ratios = pairs.map((p) => p.instrumented.rps / p.bare.rps)
+        // /proc counts in clock ticks (10 ms): a run too short to have used any CPU reads 0, and has no ratio.
+        const measuredCpu = pairs.filter((p) => p.bare.cpuUs > 0 && p.instrumented.cpuUs > 0)
         results.push({
           setup,
           path,
@@ -108,6 +124,13 @@ export async function otelCost(options: {
           bareRps: median(pairs.map((p) => p.bare.rps)),
           instrumentedRps: median(pairs.map((p) => p.instrumented.rps)),
           addedP50Ms: median(pairs.map((p) => p.instrumented.p50 - p.bare.p50)),
+          cpuRatio:
+            measuredCpu.length > 0
+              ? median(measuredCpu.map((p) => p.instrumented.cpuUs / p.bare.cpuUs))
+              : null,
+          bareCpuUs: measuredCpu.length > 0 ? median(measuredCpu.map((p) => p.bare.cpuUs)) : null,
+          instrumentedCpuUs:
+            measuredCpu.length > 0 ? median(measuredCpu.map((p) => p.instrumented.cpuUs)) : null,
           rounds: options.rounds,
         })
       }
