@@ -467,17 +467,24 @@ function paymentIdOf(response: ObservedResponse): string {
  * replication nothing is covered: whatever was acknowledged must survive.
  */
 function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: HistoryEvent) => boolean {
-  const windows: Array<{ from: number; until: number }> = []
+  const windows: Array<{ from: number; until: number; untilTime: number }> = []
   let start: FaultEvent | undefined
   for (const event of history) {
     if (event.type !== 'fault' || event.fault !== 'failover') continue
     if (event.phase === 'start') start = event
     else if (event.phase === 'stop' && start && event.detail?.replication === 'async') {
-      windows.push({ from: start.time - FAILOVER_MARGIN_MS, until: event.index })
+      windows.push({ from: start.time - FAILOVER_MARGIN_MS, until: event.index, untilTime: event.time })
       start = undefined
     }
   }
-  return (event) => windows.some((w) => event.time >= w.from && event.index < w.until)
+  // An outcome reported from a worker's store is judged by when it was received, not when it was reported.
+  return (event) =>
+    windows.some((w) => {
+      const received = event.type === 'intent' ? event.receivedAt : undefined
+      return received === undefined
+        ? event.time >= w.from && event.index < w.until
+        : received >= w.from && received <= w.untilTime
+    })
 }
 
 function observed(intent: Intent): ObservedResponse[] {

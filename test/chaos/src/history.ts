@@ -66,6 +66,11 @@ export interface IntentEvent extends EventBase {
   response?: ObservedResponse
   /** On `fail` and `info`: why. */
   error?: string
+  /**
+   * On an outcome a restarted worker reports from its store (it died between receiving the answer and reporting
+   * it): when the answer was received, ms since the epoch. `time` is then only when it was reported.
+   */
+  receivedAt?: number
 }
 
 /** One HTTP attempt of an intent. `ok` means a response arrived (any status); `info` means none did. */

@@ -86,7 +86,10 @@ const crashingFetch: typeof fetch = async (input, init) => {
 }
 
 const store = fileStore({ dir: env.storeDir })
+// Explicit (it is the default) because reportStoredOutcomes() derives from it when a stored answer was received.
+const SETTLED_TTL_MS = 10 * 60 * 1000
 const client = createClient({
+  settledTtlMs: SETTLED_TTL_MS,
   baseUrl: env.baseUrl,
   store: crashingStore(store),
   headers: () => ({ authorization: `Bearer ${env.tenant}` }),
@@ -199,7 +202,8 @@ async function handle(command: Command): Promise<void> {
 
 /**
  * A previous incarnation may have settled an intent in the store and died before reporting it; `resume()` skips
- * settled records, so their stored outcome is reported here (a repeat of an already reported outcome is harmless).
+ * settled records, so their stored outcome is reported here, with when it was received (a repeat of an already
+ * reported outcome is harmless).
  */
 async function reportStoredOutcomes(): Promise<void> {
   for (const record of await store.list()) {
@@ -207,7 +211,17 @@ async function reportStoredOutcomes(): Promise<void> {
     const { status, text } = record.outcome
     const response = { status, body: text ? parseJson(text) : null }
     const phase = record.state === 'settled' ? 'ok' : 'fail'
-    emit({ type: 'intent', phase, intent: record.id, tenant: env.tenant, key: record.key, response })
+    // The checker judges the answer by when it arrived (during a failover, say), not by this late report.
+    const receivedAt = record.keepUntil === undefined ? {} : { receivedAt: record.keepUntil - SETTLED_TTL_MS }
+    emit({
+      type: 'intent',
+      phase,
+      intent: record.id,
+      tenant: env.tenant,
+      key: record.key,
+      response,
+      ...receivedAt,
+    })
   }
 }
 

@@ -36,7 +36,13 @@ function history() {
         ...(response ? { response } : { error: 'socket hang up' }),
       })
     },
-    settle(intent: string, phase: 'ok' | 'fail' | 'info', response?: ObservedResponse, key = `k-${intent}`) {
+    settle(
+      intent: string,
+      phase: 'ok' | 'fail' | 'info',
+      response?: ObservedResponse,
+      key = `k-${intent}`,
+      receivedAt?: number,
+    ) {
       return add({
         type: 'intent',
         phase,
@@ -45,6 +51,7 @@ function history() {
         tenant: 't1',
         key,
         ...(response ? { response } : { error: 'outcome unknown' }),
+        ...(receivedAt === undefined ? {} : { receivedAt }),
       })
     },
     failover(phase: 'start' | 'stop', replication: 'sync' | 'async') {
@@ -575,6 +582,34 @@ describe('check: failovers', () => {
     const result = check(h.events, db)
     expect(rules(result)).toEqual(['replayed-lost-effect'])
     expect(result.classes.i1).toBe('lost-in-failover')
+  })
+
+  /**
+   * A worker killed between receiving an answer and reporting it reports it from its store when it restarts, maybe
+   * long after a failover that lost the payment. The report is the answer received during the failover, not a replay
+   * after it: its receivedAt (when the worker stored it) decides, not the time of the report.
+   */
+  function reportedAfterRestart(receivedDuringFailover: boolean) {
+    const h = history()
+    const lost = payment('i1', 1)
+    const start = h.failover('start', 'async')
+    h.invoke('i1', body('i1'))
+    const stop = h.failover('stop', 'async')
+    const startTime = h.events[start - 1]!.time
+    const stopTime = h.events[stop - 1]!.time
+    h.settle('i1', 'ok', created(lost), 'k-i1', receivedDuringFailover ? startTime + 1 : stopTime + 1)
+    const db = ledger([], {
+      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
+    })
+    return check(h.events, db)
+  }
+
+  it('judges an outcome a restarted worker reports from its store by when it was received', () => {
+    const during = reportedAfterRestart(true)
+    expect(during.violations).toEqual([])
+    expect(during.classes.i1).toBe('lost-in-failover')
+    // Received after the failover ended: an acknowledged payment that is gone, as if the report were on time.
+    expect(rules(reportedAfterRestart(false))).toContain('lost-acknowledged')
   })
 
   it('reports a key that stores a response for a payment the ledger does not hold', () => {
