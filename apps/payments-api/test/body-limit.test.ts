@@ -71,7 +71,7 @@ it.each([
         }),
       )
     }
-  expect(tally(outcomes)).toEqual({ 413: TRIES })
+    expect(tally(outcomes)).toEqual({ 413: TRIES })
     for (const { response } of outcomes) {
       expect(response?.headers['content-type']).toBe('application/problem+json')
       expect(response?.headers.connection).toBe('close')
