@@ -67,7 +67,6 @@ it.each([
           bytes: BYTES,
           framing,
           pace,
-          reads: 'after-writing',
         }),
       )
     }

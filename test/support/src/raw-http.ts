@@ -1,6 +1,10 @@
 import { connect, type Socket } from 'node:net'
 
-/** One POST of an oversize body over a raw socket, written as a client would that does not wait for an answer. */
+/**
+ * One POST of an oversize body over a raw socket, from a client that reads nothing until it wrote the whole body (as
+ * Python's http.client does): a reset that arrives first loses the answer, as it does for any client that has not
+ * read it yet.
+ */
 export interface RawPost {
   /** The server's base URL, `http://127.0.0.1:port`. */
   url: string
@@ -16,12 +20,6 @@ export interface RawPost {
    * each, so the answer arrives while most of the body is still to be sent.
    */
   pace: 'fast' | 'slow'
-  /**
-   * `while-writing` reads the answer as it arrives (as browsers and curl do); `after-writing` reads nothing until
-   * the whole body is written (as Python's http.client does), so a reset that arrives first loses the answer.
-   * @default 'while-writing'
-   */
-  reads?: 'while-writing' | 'after-writing'
   /** Gives up after this long (the outcome is then `timeout`). */
   timeoutMs?: number
 }
@@ -81,9 +79,8 @@ export function parseRawResponse(data: Buffer): RawResponse | undefined {
 }
 
 /**
- * Sends the headers, then the body in chunks, reading all the while; settles once a complete response was read
- * (then closes the socket), or with the reason there was none. A write error after the response was read does not
- * count: the client has its answer.
+ * Sends the headers, then the body in chunks, then reads; settles once a complete response was read (then closes
+ * the socket), or with the reason there was none.
  */
 export function rawPost(options: RawPost): Promise<RawOutcome> {
   const { hostname, port } = new URL(options.url)
@@ -116,7 +113,7 @@ export function rawPost(options: RawPost): Promise<RawOutcome> {
         await Promise.race([new Promise<void>((done) => socket.once('drain', () => done())), closed])
       }
     }
-    if (options.reads === 'after-writing') socket.pause()
+    socket.pause()
     socket.once('connect', async () => {
       const framing =
         options.framing === 'chunked' ? 'transfer-encoding: chunked' : `content-length: ${body.length}`

@@ -39,9 +39,13 @@ export function readNodeBody(request: IncomingMessage, limit: number): Promise<R
   })
 }
 
-/** The rest of a Node request's body, chunk by chunk, or undefined once it was read to its end. */
+/**
+ * The rest of a Node request's body, chunk by chunk, or undefined once it was read to its end. Whatever it was piped
+ * to (a decompressing stream of a Fastify preParsing hook) is cut off first: the rest goes nowhere.
+ */
 export function nodeChunks(request: IncomingMessage): ChunkSource | undefined {
   if (request.readableEnded) return undefined
+  request.unpipe()
   const chunks = request[Symbol.asyncIterator]()
   return () => chunks.next()
 }

@@ -77,7 +77,6 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
             bytes: BYTES,
             framing,
             pace,
-            reads: 'after-writing',
           }),
         )
       }
