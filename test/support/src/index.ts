@@ -82,11 +82,13 @@ export async function createTestDatabase(
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
 export { type PgBouncer, type PgBouncerOptions, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
 export {
+  type FloodOutcome,
   jsonBodyOf,
   parseRawResponse,
   type RawOutcome,
   type RawPost,
   type RawResponse,
+  rawFlood,
   rawPost,
   tally,
 } from './raw-http.js'

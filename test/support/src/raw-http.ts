@@ -143,3 +143,60 @@ export function tally(outcomes: readonly RawOutcome[]): Record<string, number> {
   }
   return counts
 }
+
+/** What a client saw that kept sending until the server closed the connection. */
+export interface FloodOutcome {
+  /** The response, when one was read completely before the connection closed. */
+  response?: RawResponse
+  /** Bytes of the body the socket accepted before the connection closed (or all of them). */
+  written: number
+  /** False when the connection was still open after `timeoutMs`. */
+  closed: boolean
+}
+
+/**
+ * Sends the headers of a chunked POST, then up to `bytes` of body in 64 KiB chunks (and then nothing, leaving the
+ * body unfinished), reading all the while; settles once the server closed the connection.
+ */
+export function rawFlood(options: {
+  url: string
+  path: string
+  headers: Record<string, string>
+  bytes: number
+  timeoutMs?: number
+}): Promise<FloodOutcome> {
+  const { hostname, port } = new URL(options.url)
+  return new Promise((resolve) => {
+    const socket = connect(Number(port), hostname)
+    let received = Buffer.alloc(0)
+    let written = 0
+    let closed = false
+    const settle = (outcome: Omit<FloodOutcome, 'response' | 'written'>) => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve({ response: parseRawResponse(received), written, ...outcome })
+    }
+    const timer = setTimeout(() => settle({ closed: false }), options.timeoutMs ?? 30_000)
+    socket.on('data', (data: Buffer) => {
+      received = Buffer.concat([received, data])
+    })
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      closed = true
+      settle({ closed: true })
+    })
+    const chunk = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(65_536, 'x'), Buffer.from('\r\n')])
+    socket.once('connect', async () => {
+      const head = Object.entries(options.headers).map(([name, value]) => `${name}: ${value}\r\n`)
+      socket.write(
+        `POST ${options.path} HTTP/1.1\r\nhost: ${hostname}:${port}\r\ntransfer-encoding: chunked\r\n${head.join('')}\r\n`,
+      )
+      while (written < options.bytes && !closed) {
+        written += 65_536
+        if (!socket.write(chunk)) {
+          await new Promise((next) => socket.once('drain', next).once('close', next))
+        }
+      }
+    })
+  })
+}

@@ -4,7 +4,7 @@
 // the server reads the answer early or hides a reset; the same server matrix as the contract suite.
 
 import type { TestDatabase } from '@oncely/test-support'
-import { type RawOutcome, rawPost, tally } from '@oncely/test-support'
+import { type RawOutcome, rawFlood, rawPost, tally } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { freshKey, setupDatabase } from '../helpers.js'
 import { type AdapterName, adapters, type RunningApp } from './servers.js'
@@ -90,4 +90,23 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     },
     120_000,
   )
+
+  it('a client that never stops sending gets the 413, then the connection closes after a bounded drain', async () => {
+    const key = freshKey('flood')
+    // 250 MiB if the server read on; it stops discarding after 16 MiB.
+    const flood = await rawFlood({
+      url: app.url,
+      path: '/v1/payments',
+      headers: {
+        authorization: 'Bearer tenant_1',
+        'content-type': 'application/json',
+        'idempotency-key': key,
+      },
+      bytes: 250 * 1_048_576,
+    })
+    expect(flood.closed).toBe(true)
+    expect(flood.response?.status).toBe(413)
+    expect(flood.written).toBeLessThan(64 * 1_048_576)
+    expect(await keyRows([key])).toBe(0)
+  }, 60_000)
 })

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
 import { problem } from '@oncely/protocol'
-import { parseRawResponse } from '@oncely/test-support'
+import { parseRawResponse, rawFlood } from '@oncely/test-support'
 import { afterEach, expect, it } from 'vitest'
 import { problemAnswer } from '../../src/http/answer.js'
 import { nodeChunks } from '../../src/http/node.js'
@@ -16,7 +16,7 @@ afterEach(async () => {
 })
 
 /** A server that refuses every request at once (before reading its body), discarding the rest within `limits`. */
-async function refusing(limits: DrainLimits): Promise<number> {
+async function refusing(limits: DrainLimits): Promise<string> {
   server = createServer((request, response) => {
     const refusal = refuse(
       problemAnswer(problem('payload_too_large', 'Too large.')),
@@ -29,56 +29,29 @@ async function refusing(limits: DrainLimits): Promise<number> {
     )
   })
   await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve))
-  return (server.address() as AddressInfo).port
-}
-
-/**
- * Sends headers announcing a large chunked body, then `chunks` of 64 KiB while the connection lasts; settles when
- * the server closed the connection, with the answer it read and the bytes the socket accepted.
- */
-function sendUntilClosed(port: number, chunks: number): Promise<{ status?: number; written: number }> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    let received = Buffer.alloc(0)
-    let written = 0
-    let closed = false
-    socket.on('data', (data) => {
-      received = Buffer.concat([received, data])
-    })
-    socket.on('error', () => {})
-    socket.on('close', () => {
-      closed = true
-      resolve({ status: parseRawResponse(received)?.status, written })
-    })
-    const chunk = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(65_536, 120), Buffer.from('\r\n')])
-    socket.once('connect', async () => {
-      socket.write('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n')
-      for (let i = 0; i < chunks && !closed; i++) {
-        written += chunk.length
-        if (!socket.write(chunk)) await new Promise((next) => socket.once('drain', next).once('close', next))
-      }
-    })
-  })
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 }
 
 it('closes the connection once the discarded bytes pass the limit, after sending the answer', async () => {
-  const port = await refusing({ bytes: 1_048_576, ms: 60_000 })
-  // 4,000 chunks of 64 KiB (250 MiB) if the server never closed; it closes after about 1 MiB.
-  const { status, written } = await sendUntilClosed(port, 4_000)
-  expect(status).toBe(413)
-  expect(written).toBeLessThan(64 * 1_048_576)
+  const url = await refusing({ bytes: 1_048_576, ms: 60_000 })
+  // 250 MiB if the server never closed; it closes after about 1 MiB.
+  const flood = await rawFlood({ url, path: '/', headers: {}, bytes: 250 * 1_048_576 })
+  expect(flood.closed).toBe(true)
+  expect(flood.response?.status).toBe(413)
+  expect(flood.written).toBeLessThan(64 * 1_048_576)
 })
 
 it('closes the connection of a client that stops sending once the time limit passed, after sending the answer', async () => {
-  const port = await refusing({ bytes: 1_048_576, ms: 200 })
+  const url = await refusing({ bytes: 1_048_576, ms: 200 })
   // One chunk, then nothing: the body never ends, and only the time limit closes the connection.
-  const { status } = await sendUntilClosed(port, 1)
-  expect(status).toBe(413)
+  const flood = await rawFlood({ url, path: '/', headers: {}, bytes: 65_536 })
+  expect(flood.closed).toBe(true)
+  expect(flood.response?.status).toBe(413)
 })
 
 it('ends the response as soon as the body ended, leaving nothing unread', async () => {
-  const port = await refusing({ bytes: 1_048_576, ms: 60_000 })
-  const socket = connect(port, '127.0.0.1')
+  const url = await refusing({ bytes: 1_048_576, ms: 60_000 })
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
   socket.on('error', () => {})
   socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello')
   let received = Buffer.alloc(0)
