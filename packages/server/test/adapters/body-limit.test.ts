@@ -1,10 +1,9 @@
 // A body over the route's limit is refused with 413 before anything is reserved, and that 413 must reach the client
 // every time: a client still sending its body must not see the connection reset (EPIPE, ECONNRESET) instead, or it
-// takes a permanent refusal for a network error and retries it. Raw sockets, so that nothing between the test and
-// the server reads the answer early or hides a reset; the same server matrix as the contract suite.
+// takes a permanent refusal for a network error and retries it. Raw sockets, from a client that reads only once it
+// wrote the whole body, so that nothing hides a reset; the same server matrix as the contract suite.
 
-import type { TestDatabase } from '@oncely/test-support'
-import { type RawOutcome, rawFlood, rawPost, tally } from '@oncely/test-support'
+import { type RawOutcome, rawFlood, rawPost, type TestDatabase, tally } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { freshKey, setupDatabase } from '../helpers.js'
 import { type AdapterName, adapters, type RunningApp } from './servers.js'
