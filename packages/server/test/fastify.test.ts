@@ -167,6 +167,25 @@ describe('inject() and the reply API', () => {
       await app.close()
     }
   })
+
+  it('answers a body over the limit with the 413 problem under inject() too (its request is no socket)', async () => {
+    const { app } = await buildApp(db.pool)
+    try {
+      const key = freshKey()
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/notes',
+        headers: { ...auth(), 'idempotency-key': key, 'content-type': 'application/json' },
+        payload: JSON.stringify({ padding: 'x'.repeat(2 * 1_048_576) }),
+      })
+      expect(res.statusCode).toBe(413)
+      expect(res.headers['content-type']).toBe('application/problem+json')
+      expect(res.json()).toMatchObject({ code: 'payload_too_large' })
+      expect(await reserved(key)).toBe(0)
+    } finally {
+      await app.close()
+    }
+  })
 })
 
 describe('the type of request.idempotency', () => {

@@ -81,5 +81,16 @@ export async function createTestDatabase(
 
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
 export { type PgBouncer, type PgBouncerOptions, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
+export {
+  type FloodOutcome,
+  jsonBodyOf,
+  parseRawResponse,
+  type RawOutcome,
+  type RawPost,
+  type RawResponse,
+  rawFlood,
+  rawPost,
+  tally,
+} from './raw-http.js'
 export { accepts, freePort, optionalService, waitFor } from './services.js'
 export { spawnTsx } from './tsx.js'

@@ -11,7 +11,7 @@ import {
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
-import { readNodeBody } from '../http/node.js'
+import { readNodeBody, sendRefusal } from '../http/node.js'
 import {
   checkAdapterOptions,
   consoleLogger,
@@ -173,12 +173,13 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         if (!value.own) res.end(writeReplacement(writer, res, value))
       }
       const header = (name: string) => req.headers[name]
+      // Refused before the body is read to its end: the answer must reach a client still sending it.
       const early = headerProblem(header, limit)
-      if (early) return answer(problemAnswer(early))
+      if (early) return sendRefusal(req, res, problemAnswer(early))
       let body: unknown = req.body
       if (!(req as IncomingMessage).readableEnded) {
         const read = await readNodeBody(req, limit)
-        if (!read.ok) return answer(problemAnswer(read.problem))
+        if (!read.ok) return sendRefusal(req, res, problemAnswer(read.problem))
         const parsed = parseBody(read.text, header)
         if (!parsed.ok) return answer(problemAnswer(parsed.problem))
         body = parsed.body

@@ -12,6 +12,17 @@ class InvalidJsonError extends Error {
   }
 }
 
+/** A request refused from its headers alone (413, 415), thrown from preParsing so the route error handler answers it. */
+export class RequestRefusedError extends Error {
+  override name = 'RequestRefusedError' as const
+  readonly code = 'ONCELY_REQUEST_REFUSED'
+  readonly statusCode: number
+  constructor(readonly problem: ProblemDetails) {
+    super(problem.detail)
+    this.statusCode = problem.status
+  }
+}
+
 /**
  * Replaces the JSON parser of the context the plugin is registered in: idempotent routes parse strictly (see
  * `parseBody`); every other route keeps Fastify's own parser. `isIdempotent` may throw to refuse the request.
@@ -39,6 +50,7 @@ export function installStrictJsonParser(
 export function frameworkProblem(error: { code?: unknown; problem?: unknown }): ProblemDetails | undefined {
   switch (error.code) {
     case 'ONCELY_INVALID_JSON':
+    case 'ONCELY_REQUEST_REFUSED':
       return error.problem as ProblemDetails
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return payloadTooLarge()

@@ -13,16 +13,19 @@ import {
   type Answer,
   headerStrings,
   problemAnswer,
+  type ReplacingAnswer,
   type ResponseWriter,
   resetHandlerHeaders,
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
+import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
+import { refuse } from '../http/refusal.js'
 import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod } from '../http/request.js'
 import { payloadBytes } from './capture.js'
 import type { IdempotencyPluginOptions } from './config.js'
-import { frameworkProblem, installStrictJsonParser } from './json.js'
+import { frameworkProblem, installStrictJsonParser, RequestRefusedError } from './json.js'
 
 const ADAPTER = '@oncely/server/fastify'
 /** Marks a route's config as set up by the plugin, holding its resolved options. */
@@ -54,6 +57,16 @@ const writer: ResponseWriter<FastifyReply> = {
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
 const sendAnswer = (reply: FastifyReply, answer: Answer): FastifyReply =>
   answer.own ? reply : reply.send(writeReplacement(writer, reply, answer))
+
+/**
+ * Answers a request refused before its body was read to its end (over the limit, not JSON): the answer goes out at
+ * once and the connection closes once the rest of the body was discarded (see `refuse`).
+ */
+function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: ReplacingAnswer): FastifyReply {
+  const refusal = refuse(answer, nodeChunks(request.raw))
+  writeReplacement(writer, reply, { ...answer, headers: refusal.headers })
+  return reply.send(refusal.body)
+}
 
 async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   checkAdapterOptions(options, ADAPTER)
@@ -146,10 +159,10 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     routeOptions.config = { ...routeOptions.config, [kRoute]: route } as typeof routeOptions.config
     if (route.maxBodyBytes !== undefined) routeOptions.bodyLimit = route.maxBodyBytes
     const bodyLimit = routeOptions.bodyLimit ?? fastify.initialConfig.bodyLimit ?? DEFAULT_MAX_BODY_BYTES
-    const rejectEarly: preParsingHookHandler = async (request, reply, payload) => {
+    const rejectEarly: preParsingHookHandler = async (request, _reply, payload) => {
       const details = headerProblem((name) => request.headers[name], bodyLimit)
-      // Answered before the body is read; nothing is reserved.
-      if (details) await sendAnswer(reply, problemAnswer(details))
+      // Answered by the route error handler before the body is read; nothing is reserved.
+      if (details) throw new RequestRefusedError(details)
       return payload
     }
     routeOptions.preParsing = appendHook(routeOptions.preParsing, rejectEarly)
@@ -158,6 +171,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     const userErrorHandler = routeOptions.errorHandler
     routeOptions.errorHandler = function (error, request, reply) {
       const details = frameworkProblem(error)
+      if (details && !request.raw.readableEnded) return sendRefusal(request, reply, problemAnswer(details))
       if (details) return sendAnswer(reply, problemAnswer(details))
       if (userErrorHandler) return userErrorHandler.call(this, error, request, reply)
       // Rethrowing hands the error to the enclosing error handler, as if this route had none.

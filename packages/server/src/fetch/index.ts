@@ -1,3 +1,4 @@
+import type { ProblemDetails } from '@oncely/protocol'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import { misconfiguredAnswer, problemAnswer, type Replacement, replacementHeaders } from '../http/answer.js'
 import { createHttpCore, PASS } from '../http/core.js'
@@ -9,9 +10,11 @@ import {
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
+import { type ChunkSource, refuse } from '../http/refusal.js'
 import {
   type BodyResult,
   DEFAULT_MAX_BODY_BYTES,
+  type HeaderReader,
   headerProblem,
   isSafeMethod,
   parseBody,
@@ -73,20 +76,23 @@ export interface FetchIdempotent<Args extends unknown[]> {
   ): (request: Request, ...args: Args) => Promise<Response>
 }
 
-async function readBody(request: Request, limit: number): Promise<BodyResult> {
-  const header = (name: string) => request.headers.get(name)
-  if (request.body === null) return parseBody('', header)
+/** A body over the limit, refused with the rest of it still to read. */
+type TooLarge = { ok: false; tooLarge: true; rest: ChunkSource }
+
+async function readBody(
+  reader: ReadableStreamDefaultReader<Uint8Array> | undefined,
+  limit: number,
+  header: HeaderReader,
+): Promise<BodyResult | TooLarge> {
+  if (reader === undefined) return parseBody('', header)
   const chunks: Uint8Array[] = []
   let size = 0
-  const reader = request.body.getReader()
   for (;;) {
     const { done, value } = await reader.read()
     if (done) break
     size += value.byteLength
-    if (size > limit) {
-      await reader.cancel().catch(() => {})
-      return { ok: false, problem: payloadTooLarge() }
-    }
+    // Not cancelled: on Node servers that resets the connection before the answer is out (see `refuse`).
+    if (size > limit) return { ok: false, tooLarge: true, rest: () => reader.read() }
     chunks.push(value)
   }
   return parseBody(Buffer.concat(chunks).toString('utf8'), header)
@@ -99,6 +105,12 @@ function queryOf(url: URL): Record<string, unknown> {
     query[name] = values.length === 1 ? values[0] : values
   }
   return query
+}
+
+/** Refuses a request before its body is read to its end, discarding the rest (see `refuse`). */
+function refusalResponse(problem: ProblemDetails, rest: ChunkSource | undefined): Response {
+  const refusal = refuse(problemAnswer(problem), rest)
+  return new Response(refusal.body, { status: refusal.status, headers: refusal.headers })
 }
 
 const toResponse = (answer: Replacement) =>
@@ -160,7 +172,10 @@ export function idempotency<Args extends unknown[] = []>(
       }
       const header = (name: string) => request.headers.get(name)
       const early = headerProblem(header, limit)
-      if (early) return toResponse(problemAnswer(early))
+      if (early) {
+        const reader = request.body !== null && !request.bodyUsed ? request.body.getReader() : undefined
+        return refusalResponse(early, reader && (() => reader.read()))
+      }
       if (request.bodyUsed) {
         log.error(
           {},
@@ -168,8 +183,12 @@ export function idempotency<Args extends unknown[] = []>(
         )
         return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
       }
-      const read = await readBody(request, limit)
-      if (!read.ok) return toResponse(problemAnswer(read.problem))
+      const read = await readBody(request.body?.getReader(), limit, header)
+      if (!read.ok) {
+        return 'tooLarge' in read
+          ? refusalResponse(payloadTooLarge(), read.rest)
+          : toResponse(problemAnswer(read.problem))
+      }
       const { body } = read
       let url: URL | undefined
       const urlOf = () => {
