@@ -477,7 +477,8 @@ function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: Histo
       start = undefined
     }
   }
-  // An outcome reported from a worker's store is judged by when it was received, not when it was reported.
+  // An answer is judged by when the worker received it (its report can reach the driver seconds later, or after a
+  // restart), on the same machine's clock as the failover's own events.
   return (event) =>
     windows.some((w) => {
       const received = event.type === 'intent' ? event.receivedAt : undefined

@@ -67,8 +67,9 @@ export interface IntentEvent extends EventBase {
   /** On `fail` and `info`: why. */
   error?: string
   /**
-   * On an outcome a restarted worker reports from its store (it died between receiving the answer and reporting
-   * it): when the answer was received, ms since the epoch. `time` is then only when it was reported.
+   * On `ok` and `fail` with a response: when the worker received the answer, by its own clock (ms since the epoch).
+   * `time` is when the driver read the report, which can be seconds later on a loaded machine, and for an outcome a
+   * restarted worker reports from its store (it died between receiving the answer and reporting it), much later.
    */
   receivedAt?: number
 }

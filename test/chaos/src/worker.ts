@@ -110,7 +110,16 @@ client.on('retry', ({ id, key, attempt, reason }) => {
 
 function settled(intent: string, response: OncelyResponse): void {
   const ok = { status: response.status, body: response.data }
-  emit({ type: 'intent', phase: 'ok', intent, tenant: env.tenant, key: response.key, response: ok })
+  const receivedAt = Date.now()
+  emit({
+    type: 'intent',
+    phase: 'ok',
+    intent,
+    tenant: env.tenant,
+    key: response.key,
+    response: ok,
+    receivedAt,
+  })
 }
 
 function failed(intent: string, error: unknown): void {
@@ -118,7 +127,16 @@ function failed(intent: string, error: unknown): void {
   if (isHTTPError(error)) {
     // A non-retried 4xx: the intent is settled as failed with this response.
     const response = { status: error.status, body: error.data }
-    emit({ type: 'intent', phase: 'fail', intent, tenant: env.tenant, ...(key ? { key } : {}), response })
+    const receivedAt = Date.now()
+    emit({
+      type: 'intent',
+      phase: 'fail',
+      intent,
+      tenant: env.tenant,
+      ...(key ? { key } : {}),
+      response,
+      receivedAt,
+    })
     return
   }
   // Retries exhausted, network, expiry: the outcome is unknown (the intent may stay pending for resume).
@@ -162,7 +180,7 @@ async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void
       const response = { status: res.status, body: text ? parseJson(text) : null }
       if (res.status !== 409 && res.status < 500) {
         const phase = res.status < 300 ? 'ok' : 'fail'
-        emit({ type: 'intent', phase, intent, tenant: env.tenant, key, response })
+        emit({ type: 'intent', phase, intent, tenant: env.tenant, key, response, receivedAt: Date.now() })
         return
       }
       emit({ type: 'attempt', phase: 'ok', intent, key, attempt, response })
