@@ -473,7 +473,10 @@ function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: Histo
     if (event.type !== 'fault' || event.fault !== 'failover') continue
     if (event.phase === 'start') start = event
     else if (event.phase === 'stop' && start && event.detail?.replication === 'async') {
-      windows.push({ from: start.time - FAILOVER_MARGIN_MS, until: event.index, untilTime: event.time })
+      // The standby may have lagged before the failover began: the nemesis measured since when commits were missing.
+      const lostSince = typeof event.detail.lostSince === 'number' ? event.detail.lostSince : start.time
+      const from = Math.min(start.time, lostSince) - FAILOVER_MARGIN_MS
+      windows.push({ from, until: event.index, untilTime: event.time })
       start = undefined
     }
   }

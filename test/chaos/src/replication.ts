@@ -44,7 +44,17 @@ export interface ClusterOptions {
 export interface FailoverResult {
   /** Bytes of WAL the primary had written and the standby had not received when the primary crashed. */
   walLostBytes: number
+  /**
+   * From when commits may be lost (ms since the epoch): the last moment the primary's WAL was still no further than
+   * what the standby received. Under asynchronous replication a standby can lag seconds behind on a loaded machine,
+   * so this can be well before the failover began. Undefined when no sample was that old.
+   */
+  lostSince: number | undefined
 }
+
+/** How often the primary's WAL position is sampled, and how long samples are kept. */
+const WAL_SAMPLE_MS = 200
+const WAL_SAMPLES_KEPT_MS = 120_000
 
 interface Node {
   process: ManagedProcess
@@ -65,6 +75,9 @@ export class ReplicatedCluster {
   #rebuilding: Promise<void> | undefined
   #generation = 0
   #disposed = false
+  /** The primary's WAL position (bytes) no later than `at`: read after `at` was taken. */
+  #walSamples: Array<{ at: number; lsn: bigint }> = []
+  #sampler: NodeJS.Timeout | undefined
 
   private constructor(options: ClusterOptions, primary: Node, endpoint: FaultProxy, stream: FaultProxy) {
     this.#options = options
@@ -97,6 +110,7 @@ export class ReplicatedCluster {
     })
     const cluster = new ReplicatedCluster(options, primary, endpoint, stream)
     if (options.standby !== false) await cluster.#buildStandby()
+    cluster.#sampleWal()
     return cluster
   }
 
@@ -140,11 +154,15 @@ export class ReplicatedCluster {
     await old.process.signalAndWait('SIGUSR1')
     this.#stream.killAll()
     this.#stream.release()
-    const behind = await query<{ bytes: string }>(
+    const behind = await query<{ bytes: string; received: string }>(
       standby.port,
-      'SELECT greatest(0, pg_wal_lsn_diff($1, pg_last_wal_receive_lsn()))::bigint::text AS bytes',
+      `SELECT greatest(0, pg_wal_lsn_diff($1, pg_last_wal_receive_lsn()))::bigint::text AS bytes,
+        pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint::text AS received`,
       [written.rows[0]!.lsn],
     )
+    const received = BigInt(behind.rows[0]!.received)
+    const lostSince = this.#walSamples.filter((sample) => sample.lsn <= received).at(-1)?.at
+    this.#walSamples = []
     await query(standby.port, 'SELECT pg_promote(true, 60)')
     // A primary with no standby must not wait for one (the setting came with the base backup).
     await query(standby.port, 'ALTER SYSTEM RESET synchronous_standby_names')
@@ -161,12 +179,41 @@ export class ReplicatedCluster {
       .finally(() => {
         this.#rebuilding = undefined
       })
-    return { walLostBytes: Number(behind.rows[0]!.bytes) }
+    return { walLostBytes: Number(behind.rows[0]!.bytes), lostSince }
+  }
+
+  /** Samples the primary's WAL position until disposed; a sample that fails (primary restarting) is skipped. */
+  #sampleWal(): void {
+    const sample = async () => {
+      const at = Date.now()
+      const port = this.#primary.port
+      const { rows } = await query<{ lsn: string }>(
+        port,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint::text AS lsn",
+      )
+      // A failover meanwhile moved the primary: this sample is of the old one.
+      if (port !== this.#primary.port) return
+      this.#walSamples.push({ at, lsn: BigInt(rows[0]!.lsn) })
+      while (this.#walSamples.length > 0 && this.#walSamples[0]!.at < at - WAL_SAMPLES_KEPT_MS)
+        this.#walSamples.shift()
+    }
+    const next = () => {
+      if (this.#disposed) return
+      this.#sampler = setTimeout(
+        () =>
+          void sample()
+            .catch(() => {})
+            .finally(next),
+        WAL_SAMPLE_MS,
+      )
+    }
+    next()
   }
 
   /** Stops every server. */
   async dispose(): Promise<void> {
     this.#disposed = true
+    clearTimeout(this.#sampler)
     await this.#rebuilding
     await Promise.all([this.#standby?.process.dispose(), this.#primary.process.dispose()])
     await this.endpoint.close()

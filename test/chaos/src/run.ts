@@ -402,15 +402,20 @@ export async function run(
           const acked = () => [...createdAt.values()].filter((at) => at >= started).length
           await waitFor(() => Date.now() - started >= FAILOVER_LAG_MS[0], FAILOVER_LAG_MS[0])
           await waitFor(() => acked() >= FAILOVER_LAG_ACKS, FAILOVER_LAG_MS[1] - FAILOVER_LAG_MS[0])
-          const { walLostBytes } = await cluster.failover()
+          const { walLostBytes, lostSince } = await cluster.failover()
           record('nemesis', {
             type: 'fault',
             fault: 'failover',
             target: 'postgres',
             phase: 'stop',
-            detail: { ...detail, walLostBytes, acknowledgedMeanwhile: acked() },
+            detail: {
+              ...detail,
+              walLostBytes,
+              acknowledgedMeanwhile: acked(),
+              ...(lostSince ? { lostSince } : {}),
+            },
           })
-          replayAfterFailover(started - FAILOVER_MARGIN_MS)
+          replayAfterFailover(Math.min(started, lostSince ?? started) - FAILOVER_MARGIN_MS)
           return true
         },
         async killDbConnections() {

@@ -12,6 +12,7 @@ function history() {
   }
   const api = {
     events,
+    add,
     invoke(intent: string, body: PaymentBody, extra: { key?: string; kind?: IntentKind; of?: string } = {}) {
       return add({
         type: 'intent',
@@ -610,6 +611,32 @@ describe('check: failovers', () => {
     expect(during.classes.i1).toBe('lost-in-failover')
     // Received after the failover ended: an acknowledged payment that is gone, as if the report were on time.
     expect(rules(reportedAfterRestart(false))).toContain('lost-acknowledged')
+  })
+
+  it('excuses a loss from when the nemesis measured the standby was behind, even before the failover began', () => {
+    const h = history()
+    const lost = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(lost))
+    const early = h.events.map((e) => ({ ...e, time: e.time - 10_000 }))
+    const start = h.failover('start', 'async')
+    const stop = h.add({
+      type: 'fault',
+      fault: 'failover',
+      target: 'postgres',
+      phase: 'stop',
+      process: 'nemesis',
+      detail: { replication: 'async', lostSince: early[0]!.time - 1 },
+    })
+    const events = [...early, ...h.events.slice(start - 1, stop)]
+    const result = check(events, ledger([]))
+    expect(result.violations).toEqual([])
+    expect(result.classes.i1).toBe('lost-in-failover')
+    // Without the measurement, the same loss 10 s before the failover is a violation.
+    const unmeasured = events.map((e) =>
+      e.type === 'fault' ? { ...e, detail: { replication: 'async' } } : e,
+    )
+    expect(rules(check(unmeasured, ledger([])))).toEqual(['lost-acknowledged'])
   })
 
   it('reports a key that stores a response for a payment the ledger does not hold', () => {
