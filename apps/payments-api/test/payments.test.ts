@@ -77,6 +77,26 @@ describe('validation', () => {
     expect(res.json()).toMatchObject({ code: 'invalid_json' })
   })
 
+  // The reference below is the six characters \ud800 in the JSON text: a lone surrogate, which canonical JSON cannot
+  // hold. It used to be reserved and booked with the reference turned into U+FFFD by Postgres' UTF-8 (a payment that
+  // is not the one requested), and the corrected request with the same key was answered 422.
+  it.each([
+    ['a lone high surrogate', String.raw`{"amount":700,"currency":"eur","reference":"\ud800"}`],
+    ['a lone low surrogate', String.raw`{"amount":700,"currency":"eur","reference":"order \udc00"}`],
+  ])('answers 400 invalid_json for %s, reserves nothing, and the key then pays once', async (_, text) => {
+    const key = randomUUID()
+    const res = await pay(app, text, { key })
+    expect(res.statusCode).toBe(400)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toMatchObject({ status: 400, code: 'invalid_json' })
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+    const corrected = await pay(app, { amount: 700, currency: 'eur', reference: 'order-18' }, { key })
+    expect(corrected.statusCode).toBe(201)
+    expect(corrected.headers['idempotent-replayed']).toBeUndefined()
+    expect(await count(db.pool, 'payments', ['idempotency_key', key])).toBe(1)
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(1)
+  })
+
   it('answers 400 idempotency_key_missing without an Idempotency-Key', async () => {
     const res = await app.inject({
       method: 'POST',

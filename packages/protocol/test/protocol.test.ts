@@ -69,6 +69,37 @@ describe('strict JSON and canonical JSON', () => {
     expect(() => canonicalJson({ n: Number.NaN })).toThrow(JsonSyntaxError)
   })
 
+  it('refuses a lone surrogate, escaped or raw, in a string or a member name (I-JSON)', () => {
+    const lone = [
+      String.raw`"\ud800"`,
+      String.raw`"x\udc00y"`,
+      String.raw`"\ud800\u0041"`,
+      String.raw`"\udc00\ud800"`,
+      String.raw`{"\udfff":1}`,
+      '"\ud800"',
+      '"a\udc00"',
+      '"\ud800\\n"',
+      '{"\ud800":1}',
+      // A raw high half, then an escaped low half: the text itself is not well-formed Unicode.
+      '"\ud83d\\ude00"',
+    ]
+    for (const text of lone) {
+      expect(() => parseStrictJson(text), text).toThrow(JsonSyntaxError)
+      expect(() => parseStrictJson(text), text).toThrow(/Lone surrogate/)
+    }
+    expect(parseStrictJson(String.raw`"\ud83d\ude00"`)).toBe('\u{1F600}')
+    expect(parseStrictJson('"\u{1F600}\\n"')).toBe('\u{1F600}\n')
+    expect(parseStrictJson('{"\u{1F600}":1}')).toEqual({ '\u{1F600}': 1 })
+  })
+
+  it('refuses to serialise a lone surrogate instead of escaping it as is', () => {
+    for (const value of ['\ud800', 'a\udc00', ['\udbff'], { k: '\ud800x' }, { '\udc00': 1 }]) {
+      expect(() => canonicalJson(value)).toThrow(JsonSyntaxError)
+      expect(() => canonicalJson(value)).toThrow(/Lone surrogate/)
+    }
+    expect(canonicalJson('\ud83d\ude00')).toBe('"\u{1F600}"')
+  })
+
   it('parses what JSON.parse parses, including escapes and __proto__ as data', () => {
     const samples = ['"a\\nb\\u00e9\\""', '[]', '{}', '[true,false,null]', '-0.5e-3', '{"__proto__":{"x":1}}']
     for (const text of samples) expect(parseStrictJson(text)).toEqual(JSON.parse(text))

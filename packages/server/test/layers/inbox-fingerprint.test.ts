@@ -84,9 +84,12 @@ describe('payloadFingerprint', () => {
   })
 
   it('refuses, naming `payload`, a value JSON cannot hold exactly', () => {
-    for (const bad of [{ n: Number.NaN }, { n: 2 ** 60 }, { n: 10n }]) {
+    for (const bad of [{ n: Number.NaN }, { n: 2 ** 60 }, { n: 10n }, { note: '\ud800' }, { '\udc00': 1 }]) {
+      expect(() => payloadFingerprint(bad)).toThrow(TypeError)
       expect(() => payloadFingerprint(bad)).toThrow(/Expected `payload` to be a JSON value.*bytes/)
     }
+    // A lone surrogate has no canonical form (I-JSON): before, it was escaped as is into the hashed text.
+    expect(() => payloadFingerprint({ note: 'a\ud800' })).toThrow(/Lone surrogate/)
   })
 })
 
