@@ -40,6 +40,19 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(['k1', 'k2'])).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
     expect(parseIdempotencyKey('"k1", "k2"')).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
   })
+
+  it('strips only the whitespace HTTP allows around a value (SP, HTAB), so another byte is never dropped', () => {
+    expect(parseIdempotencyKey(' \tabc\t ')).toEqual({ ok: true, key: 'abc' })
+    expect(parseIdempotencyKey(' " abc "\t')).toEqual({ ok: true, key: ' abc ' })
+    // Node reads the obs-text byte 0xA0 as U+00A0: "\xa0abc" is another header value than "abc", not the same key.
+    for (const odd of ['\u00a0', '\ufeff', '\u2028', '\u3000', '\u000b', '\u000c', '\r', '\n']) {
+      expect(parseIdempotencyKey(`${odd}abc`), JSON.stringify(odd)).toMatchObject({
+        ok: false,
+        code: 'idempotency_key_malformed',
+      })
+      expect(parseIdempotencyKey(`"abc"${odd}`), JSON.stringify(odd)).toMatchObject({ ok: false })
+    }
+  })
 })
 
 describe('strict JSON and canonical JSON', () => {
@@ -164,6 +177,16 @@ describe('Retry-After', () => {
     expect(formatRetryAfter(1)).toBe('1')
     expect(formatRetryAfter(1001)).toBe('2')
     expect(formatRetryAfter(Number.NaN)).toBe('1')
+    expect(formatRetryAfter(-5)).toBe('1')
+  })
+
+  it('formats a huge wait as delta-seconds a parser accepts, capped at 2^31 seconds', () => {
+    // String(n) writes 1e21 and above in exponent form, which is not delta-seconds.
+    for (const ms of [1e24, Number.MAX_VALUE, Number.POSITIVE_INFINITY, 2 ** 53 * 1000]) {
+      expect(formatRetryAfter(ms), String(ms)).toBe('2147483648')
+      expect(parseRetryAfter(formatRetryAfter(ms))).toBe(2_147_483_648_000)
+    }
+    expect(formatRetryAfter(2_147_483_647_001)).toBe('2147483648')
   })
 })
 
