@@ -41,10 +41,14 @@ interface FastifyLikeError {
 
 /**
  * Answers every error as problem+json: schema failures as 400 `invalid_request` listing what is wrong, Fastify's
- * own 4xx errors (bad JSON, wrong content type, body too large) with their status, anything else as a 500 that
- * says nothing about internals.
+ * own 4xx errors (bad JSON, wrong content type, body too large) with their status, a route that does not exist as
+ * 404 `not_found`, anything else as a 500 that says nothing about internals.
  */
 export function registerErrorHandler(app: FastifyInstance): void {
+  // Fastify's own 404 is application/json with other members; a client reads every error here one way.
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(reply, demoProblem('not_found', `No ${request.method} route at this path.`)),
+  )
   app.setErrorHandler((error: FastifyLikeError, request, reply) => {
     if (error.validation) {
       const errors = error.validation.map((issue) => ({
@@ -57,15 +61,21 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return sendProblem(reply, demoProblem('invalid_request', detail, { errors }))
     }
     const status = error.statusCode ?? 500
-    if (status >= 400 && status < 500) {
-      return sendProblem(reply, {
-        type: 'about:blank',
-        title: error.code ?? 'Bad request',
-        status,
-        detail: error.message,
-      })
-    }
+    if (status >= 400 && status < 500) return sendProblem(reply, frameworkProblem(error, status))
     request.log.error({ err: error }, 'request failed')
     return sendProblem(reply, { type: 'about:blank', title: 'Internal Server Error', status: 500 })
   })
+}
+
+/** One of Fastify's own 4xx errors, with its code as the title. */
+function frameworkProblem(error: FastifyLikeError, status: number): ProblemDetails {
+  return { type: 'about:blank', title: error.code ?? 'Bad request', status, detail: error.message }
+}
+
+/**
+ * Fastify's `frameworkErrors` option: the errors it raises before routing (a URL it cannot decode), which the error
+ * handler never sees, answered as problem+json too.
+ */
+export const frameworkErrors = (error: FastifyLikeError, _request: unknown, reply: FastifyReply): void => {
+  sendProblem(reply, frameworkProblem(error, error.statusCode ?? 400))
 }

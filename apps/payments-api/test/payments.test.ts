@@ -234,6 +234,51 @@ describe('GET /v1/payments/:id', () => {
   })
 })
 
+describe('a route that does not exist', () => {
+  it.each([
+    ['POST', '/v1/payments/00000000-0000-1000-8000-000000000000'],
+    ['PUT', '/v1/payments'],
+    ['GET', '/v1/unknown'],
+    ['DELETE', '/nowhere'],
+  ] as const)(
+    '%s %s: 404 problem+json, like every other error, and reserves nothing',
+    async (method, url) => {
+      const key = randomUUID()
+      const res = await app.inject({
+        method,
+        url,
+        headers: { authorization: 'Bearer acme', 'idempotency-key': key, 'content-type': 'application/json' },
+        payload: JSON.stringify(body),
+      })
+      expect(res.statusCode).toBe(404)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(res.json()).toMatchObject({
+        status: 404,
+        code: 'not_found',
+        type: 'urn:oncely:demo:problem:not_found',
+      })
+      expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+    },
+  )
+})
+
+describe('a URL Fastify cannot decode', () => {
+  it.each(['/v1/payments/%ZZ', '/nowhere/%C0'])('%s: 400 problem+json, and reserves nothing', async (url) => {
+    const key = randomUUID()
+    const res = await app.inject({
+      method: 'POST',
+      url,
+      headers: { authorization: 'Bearer acme', 'idempotency-key': key, 'content-type': 'application/json' },
+      payload: JSON.stringify(body),
+    })
+    expect(res.statusCode).toBeGreaterThanOrEqual(400)
+    expect(res.statusCode).toBeLessThan(500)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toMatchObject({ status: res.statusCode })
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+  })
+})
+
 describe('GET /healthz', () => {
   it('answers 200 when the database answers', async () => {
     const res = await app.inject({ url: '/healthz' })
