@@ -82,11 +82,14 @@ function codeOf(res: RawResponse): string {
 }
 
 let sent = 0
+let lastKeyId = ''
 /** How many answers of each status and problem code the run got: printed, and checked for reach. */
 const outcomes = new Map<string, number>()
 
 async function check(generated: FuzzRequest): Promise<void> {
-  const request = render(generated, `fz${SEED}-${++sent}`)
+  sent++
+  if (!generated.reuseKey || lastKeyId === '') lastKeyId = `fz${SEED}-${sent}`
+  const request = render(generated, lastKeyId)
   const target = keyOf(request)
   const before = target ? await keyRows(target.tenant, target.key) : 0
   const res = await sendRaw(api.url, request)

@@ -19,6 +19,8 @@ export interface FuzzRequest {
   body: string | number[] | undefined
   /** Sends the body chunked instead of with a Content-Length. */
   chunked: boolean
+  /** Uses the key id of the request before (a retry, or a key reused with another body) instead of a fresh one. */
+  reuseKey: boolean
 }
 
 /** A response as read off the socket. */
@@ -272,14 +274,15 @@ export const fuzzRequest: fc.Arbitrary<FuzzRequest> = fc
     others: fc.array(otherHeader, { maxLength: 2 }),
     body,
     chunked: fc.oneof({ weight: 4, arbitrary: fc.constant(false) }, fc.constant(true)),
+    reuseKey: fc.oneof({ weight: 3, arbitrary: fc.constant(false) }, fc.constant(true)),
   })
-  .map(({ method, path, authorization, keys, contentType, others, body, chunked }) => {
+  .map(({ method, path, authorization, keys, contentType, others, body, chunked, reuseKey }) => {
     const headers: [string, string][] = []
     if (authorization !== undefined) headers.push(['authorization', authorization])
     for (const key of keys) headers.push(['idempotency-key', key])
     if (contentType !== undefined) headers.push(['content-type', contentType])
     headers.push(...others)
-    return { method, path, headers, body, chunked }
+    return { method, path, headers, body, chunked, reuseKey }
   })
 
 /** The request with every {@link NONCE} replaced by `nonce`. */
