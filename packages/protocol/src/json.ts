@@ -33,21 +33,21 @@ function isPairAt(text: string, i: number): boolean {
   return high >= 0xd800 && high <= 0xdbff && low >= 0xdc00 && low <= 0xdfff
 }
 
-/** The index of the first UTF-16 surrogate in `text` that is not half of a high-low pair, or -1. */
-function loneSurrogateAt(text: string): number {
+/** True when `text` holds a UTF-16 surrogate that is not half of a high-low pair. */
+function hasLoneSurrogate(text: string): boolean {
   for (let i = 0; i < text.length; i++) {
     if (!isSurrogate(text.charCodeAt(i))) continue
-    if (!isPairAt(text, i)) return i
+    if (!isPairAt(text, i)) return true
     i++
   }
-  return -1
+  return false
 }
 
 const LONE_SURROGATE = 'Lone surrogate in a string; JSON text must be well-formed Unicode (I-JSON)'
 
 /** Serialises a string or member name, refusing a lone surrogate (which `JSON.stringify` would escape as is). */
 function canonicalString(text: string): string {
-  if (loneSurrogateAt(text) !== -1) throw new JsonSyntaxError(LONE_SURROGATE)
+  if (hasLoneSurrogate(text)) throw new JsonSyntaxError(LONE_SURROGATE)
   return JSON.stringify(text)
 }
 
@@ -264,7 +264,7 @@ class StrictParser {
           throw new JsonSyntaxError('Invalid escape in string', start - 1)
         }
         // Escaped surrogates (`\ud800`) pair up, or not, only once decoded.
-        if (loneSurrogateAt(decoded) !== -1) throw new JsonSyntaxError(LONE_SURROGATE, start - 1)
+        if (hasLoneSurrogate(decoded)) throw new JsonSyntaxError(LONE_SURROGATE, start - 1)
         return decoded
       } else if (c < 0x20) throw new JsonSyntaxError('Control character in string', pos)
       else if (!isSurrogate(c)) pos++
