@@ -21,7 +21,7 @@ import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
 import { createMetrics, type Metrics, registerMetricsRoute } from './metrics.js'
 import { createPaymentHandler } from './payment-steps.js'
-import { frameworkErrors, registerErrorHandler } from './problems.js'
+import { clientErrorHandler, frameworkErrors, registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
@@ -106,6 +106,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // is a client bug worth a 400, not something to drop silently.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
     frameworkErrors,
+    clientErrorHandler,
   })
   registerErrorHandler(app)
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.

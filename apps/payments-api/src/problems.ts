@@ -1,6 +1,8 @@
 /**
  * The demo's own RFC 9457 problems (oncely's protocol errors come from @oncely/protocol and the server adapter).
  */
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
 import type { FastifyInstance, FastifyReply } from 'fastify'
 
@@ -78,4 +80,28 @@ function frameworkProblem(error: FastifyLikeError, status: number): ProblemDetai
  */
 export const frameworkErrors = (error: FastifyLikeError, _request: unknown, reply: FastifyReply): void => {
   sendProblem(reply, frameworkProblem(error, error.statusCode ?? 400))
+}
+
+/**
+ * Fastify's `clientErrorHandler` option: a message Node cannot parse as HTTP (a control character in a header, an
+ * unknown method, headers over 16 KiB) never reaches a route, so it is answered on the socket, as problem+json too.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  // A reset connection has no one left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const status =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
+  const title = STATUS_CODES[status] ?? 'Bad Request'
+  const body = JSON.stringify({
+    type: 'about:blank',
+    title,
+    status,
+    detail: 'The request is not a valid HTTP/1.1 message.',
+  } satisfies ProblemDetails)
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${title}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\nConnection: close\r\n\r\n${body}`,
+    )
+  }
+  socket.destroy(error)
 }

@@ -6,6 +6,7 @@ import { buildApp } from '../src/app.js'
 import { prepareDatabase } from '../src/database.js'
 import { createProvider } from '../src/provider.js'
 import { count, pay, queuedRandom } from './support/app.js'
+import { sendRaw } from './support/fuzz-requests.js'
 
 let db: TestDatabase
 let app: FastifyInstance
@@ -276,6 +277,33 @@ describe('a URL Fastify cannot decode', () => {
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
     expect(res.json()).toMatchObject({ status: res.statusCode })
     expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+  })
+})
+
+describe('a message Node cannot parse as HTTP', () => {
+  // Refused by the HTTP parser before Fastify routes anything (inject() never gets there): a real socket.
+  it.each<[string, string, [string, string][], number]>([
+    ['a control character in a header value', 'POST', [['idempotency-key', 'a\u0001b']], 400],
+    ['an unknown method', 'FOO', [], 400],
+    ['a header section over 16 KiB', 'POST', [['x-padding', 'p'.repeat(20_000)]], 431],
+  ])('%s: problem+json too', async (_, method, headers, status) => {
+    const served = await buildApp({ pool: db.pool, webRoot: false })
+    try {
+      const origin = await served.listen({ port: 0, host: '127.0.0.1' })
+      const res = await sendRaw(origin, {
+        method,
+        path: '/v1/payments',
+        headers: [['authorization', 'Bearer acme'], ...headers],
+        body: undefined,
+        chunked: false,
+        reuseKey: false,
+      })
+      expect(res.status).toBe(status)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(JSON.parse(res.body.toString())).toMatchObject({ status })
+    } finally {
+      await served.close()
+    }
   })
 })
 
