@@ -21,7 +21,7 @@ import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
 import { createMetrics, type Metrics, registerMetricsRoute } from './metrics.js'
 import { createPaymentHandler } from './payment-steps.js'
-import { registerErrorHandler } from './problems.js'
+import { clientErrorHandler, frameworkErrors, registerErrorHandler } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
@@ -105,6 +105,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Reject what does not match the schema instead of reshaping it: "100" is not an amount, and an unknown member
     // is a client bug worth a 400, not something to drop silently.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+    frameworkErrors,
+    clientErrorHandler,
   })
   registerErrorHandler(app)
   // Before the idempotency plugin, so an unauthenticated request is refused before anything is reserved.

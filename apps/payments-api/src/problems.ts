@@ -1,6 +1,8 @@
 /**
  * The demo's own RFC 9457 problems (oncely's protocol errors come from @oncely/protocol and the server adapter).
  */
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
 import type { FastifyInstance, FastifyReply } from 'fastify'
 
@@ -41,10 +43,14 @@ interface FastifyLikeError {
 
 /**
  * Answers every error as problem+json: schema failures as 400 `invalid_request` listing what is wrong, Fastify's
- * own 4xx errors (bad JSON, wrong content type, body too large) with their status, anything else as a 500 that
- * says nothing about internals.
+ * own 4xx errors (bad JSON, wrong content type, body too large) with their status, a route that does not exist as
+ * 404 `not_found`, anything else as a 500 that says nothing about internals.
  */
 export function registerErrorHandler(app: FastifyInstance): void {
+  // Fastify's own 404 is application/json with other members; a client reads every error here one way.
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(reply, demoProblem('not_found', `No ${request.method} route at this path.`)),
+  )
   app.setErrorHandler((error: FastifyLikeError, request, reply) => {
     if (error.validation) {
       const errors = error.validation.map((issue) => ({
@@ -57,15 +63,45 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return sendProblem(reply, demoProblem('invalid_request', detail, { errors }))
     }
     const status = error.statusCode ?? 500
-    if (status >= 400 && status < 500) {
-      return sendProblem(reply, {
-        type: 'about:blank',
-        title: error.code ?? 'Bad request',
-        status,
-        detail: error.message,
-      })
-    }
+    if (status >= 400 && status < 500) return sendProblem(reply, frameworkProblem(error, status))
     request.log.error({ err: error }, 'request failed')
     return sendProblem(reply, { type: 'about:blank', title: 'Internal Server Error', status: 500 })
   })
+}
+
+/** One of Fastify's own 4xx errors, with its code as the title. */
+function frameworkProblem(error: FastifyLikeError, status: number): ProblemDetails {
+  return { type: 'about:blank', title: error.code ?? 'Bad request', status, detail: error.message }
+}
+
+/**
+ * Fastify's `frameworkErrors` option: the errors it raises before routing (a URL it cannot decode), which the error
+ * handler never sees, answered as problem+json too.
+ */
+export const frameworkErrors = (error: FastifyLikeError, _request: unknown, reply: FastifyReply): void => {
+  sendProblem(reply, frameworkProblem(error, error.statusCode ?? 400))
+}
+
+/**
+ * Fastify's `clientErrorHandler` option: a message Node cannot parse as HTTP (a control character in a header, an
+ * unknown method, headers over 16 KiB) never reaches a route, so it is answered on the socket, as problem+json too.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  // A reset connection has no one left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const status =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
+  const title = STATUS_CODES[status] ?? 'Bad Request'
+  const body = JSON.stringify({
+    type: 'about:blank',
+    title,
+    status,
+    detail: 'The request is not a valid HTTP/1.1 message.',
+  } satisfies ProblemDetails)
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${title}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\nConnection: close\r\n\r\n${body}`,
+    )
+  }
+  socket.destroy(error)
 }

@@ -3,7 +3,7 @@
  * the charge step and the commit, after which a retry with the same key takes over the lease, resumes from the
  * recovery point and charges once.
  */
-import { type ChildProcess, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { connect, createServer, type Socket } from 'node:net'
 import path from 'node:path'
@@ -12,38 +12,7 @@ import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { prepareDatabase } from '../src/database.js'
 import { count, recoveryPoint } from './support/app.js'
-
-const MAIN = path.resolve(import.meta.dirname, '../src/main.ts')
-
-interface Started {
-  child: ChildProcess
-  url: string
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
-}
-
-function start(env: Record<string, string>): Promise<Started> {
-  const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', MAIN], {
-    cwd: path.resolve(import.meta.dirname, '..'),
-    env: { ...process.env, PORT: '0', LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  )
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      const match = /ready at (http:\/\/\S+?)\/? /.exec(line)
-      if (match) resolve({ child, url: match[1]!, exited })
-    })
-    let stderr = ''
-    child.stderr!.on('data', (chunk) => {
-      stderr += chunk
-    })
-    void exited.then(({ code }) =>
-      reject(new Error(`payments-api exited with ${code} before it was ready: ${stderr}`)),
-    )
-  })
-}
+import { MAIN, startMain as start } from './support/main.js'
 
 /**
  * A TCP gate in front of the test Postgres: `refuse` closes every connection as soon as it opens (what a client sees

@@ -6,6 +6,7 @@ import { buildApp } from '../src/app.js'
 import { prepareDatabase } from '../src/database.js'
 import { createProvider } from '../src/provider.js'
 import { count, pay, queuedRandom } from './support/app.js'
+import { sendRaw } from './support/fuzz-requests.js'
 
 let db: TestDatabase
 let app: FastifyInstance
@@ -75,6 +76,26 @@ describe('validation', () => {
     const res = await pay(app, '{"amount":1250,"amount":99,"currency":"eur"}')
     expect(res.statusCode).toBe(400)
     expect(res.json()).toMatchObject({ code: 'invalid_json' })
+  })
+
+  // The reference below is the six characters \ud800 in the JSON text: a lone surrogate, which canonical JSON cannot
+  // hold. It used to be reserved and booked with the reference turned into U+FFFD by Postgres' UTF-8 (a payment that
+  // is not the one requested), and the corrected request with the same key was answered 422.
+  it.each([
+    ['a lone high surrogate', String.raw`{"amount":700,"currency":"eur","reference":"\ud800"}`],
+    ['a lone low surrogate', String.raw`{"amount":700,"currency":"eur","reference":"order \udc00"}`],
+  ])('answers 400 invalid_json for %s, reserves nothing, and the key then pays once', async (_, text) => {
+    const key = randomUUID()
+    const res = await pay(app, text, { key })
+    expect(res.statusCode).toBe(400)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toMatchObject({ status: 400, code: 'invalid_json' })
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+    const corrected = await pay(app, { amount: 700, currency: 'eur', reference: 'order-18' }, { key })
+    expect(corrected.statusCode).toBe(201)
+    expect(corrected.headers['idempotent-replayed']).toBeUndefined()
+    expect(await count(db.pool, 'payments', ['idempotency_key', key])).toBe(1)
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(1)
   })
 
   it('answers 400 idempotency_key_missing without an Idempotency-Key', async () => {
@@ -211,6 +232,78 @@ describe('GET /v1/payments/:id', () => {
     expect(junk.statusCode).toBe(404)
     const anonymous = await app.inject({ url: created.headers.location! })
     expect(anonymous.statusCode).toBe(401)
+  })
+})
+
+describe('a route that does not exist', () => {
+  it.each([
+    ['POST', '/v1/payments/00000000-0000-1000-8000-000000000000'],
+    ['PUT', '/v1/payments'],
+    ['GET', '/v1/unknown'],
+    ['DELETE', '/nowhere'],
+  ] as const)(
+    '%s %s: 404 problem+json, like every other error, and reserves nothing',
+    async (method, url) => {
+      const key = randomUUID()
+      const res = await app.inject({
+        method,
+        url,
+        headers: { authorization: 'Bearer acme', 'idempotency-key': key, 'content-type': 'application/json' },
+        payload: JSON.stringify(body),
+      })
+      expect(res.statusCode).toBe(404)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(res.json()).toMatchObject({
+        status: 404,
+        code: 'not_found',
+        type: 'urn:oncely:demo:problem:not_found',
+      })
+      expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+    },
+  )
+})
+
+describe('a URL Fastify cannot decode', () => {
+  it.each(['/v1/payments/%ZZ', '/nowhere/%C0'])('%s: 400 problem+json, and reserves nothing', async (url) => {
+    const key = randomUUID()
+    const res = await app.inject({
+      method: 'POST',
+      url,
+      headers: { authorization: 'Bearer acme', 'idempotency-key': key, 'content-type': 'application/json' },
+      payload: JSON.stringify(body),
+    })
+    expect(res.statusCode).toBeGreaterThanOrEqual(400)
+    expect(res.statusCode).toBeLessThan(500)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toMatchObject({ status: res.statusCode })
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+  })
+})
+
+describe('a message Node cannot parse as HTTP', () => {
+  // Refused by the HTTP parser before Fastify routes anything (inject() never gets there): a real socket.
+  it.each<[string, string, [string, string][], number]>([
+    ['a control character in a header value', 'POST', [['idempotency-key', 'a\u0001b']], 400],
+    ['an unknown method', 'FOO', [], 400],
+    ['a header section over 16 KiB', 'POST', [['x-padding', 'p'.repeat(20_000)]], 431],
+  ])('%s: problem+json too', async (_, method, headers, status) => {
+    const served = await buildApp({ pool: db.pool, webRoot: false })
+    try {
+      const origin = await served.listen({ port: 0, host: '127.0.0.1' })
+      const res = await sendRaw(origin, {
+        method,
+        path: '/v1/payments',
+        headers: [['authorization', 'Bearer acme'], ...headers],
+        body: undefined,
+        chunked: false,
+        reuseKey: false,
+      })
+      expect(res.status).toBe(status)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(JSON.parse(res.body.toString())).toMatchObject({ status })
+    } finally {
+      await served.close()
+    }
   })
 })
 

@@ -3,7 +3,9 @@
  *
  * Fingerprints must not depend on key order or on how a number was spelled, and two different requests must never
  * share a fingerprint. So bodies are parsed strictly (duplicate member names and integers beyond 2^53 are errors,
- * because either makes two different byte strings look equal after parsing) and serialised canonically.
+ * because either makes two different byte strings look equal after parsing) and serialised canonically. RFC 8785
+ * takes I-JSON (RFC 7493) as input, which forbids lone surrogates: a string holding one has no canonical form (and
+ * turns into U+FFFD, or fails, in any UTF-8 store), so both the parser and the serialiser refuse it.
  */
 
 /** A JSON value. */
@@ -22,6 +24,33 @@ export class JsonSyntaxError extends SyntaxError {
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
+const isSurrogate = (c: number): boolean => c >= 0xd800 && c <= 0xdfff
+
+/** True when `text` holds a high surrogate at `i` and a low one right after it. */
+function isPairAt(text: string, i: number): boolean {
+  const high = text.charCodeAt(i)
+  const low = text.charCodeAt(i + 1)
+  return high >= 0xd800 && high <= 0xdbff && low >= 0xdc00 && low <= 0xdfff
+}
+
+/** True when `text` holds a UTF-16 surrogate that is not half of a high-low pair. */
+function hasLoneSurrogate(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    if (!isSurrogate(text.charCodeAt(i))) continue
+    if (!isPairAt(text, i)) return true
+    i++
+  }
+  return false
+}
+
+const LONE_SURROGATE = 'Lone surrogate in a string; JSON text must be well-formed Unicode (I-JSON)'
+
+/** Serialises a string or member name, refusing a lone surrogate (which `JSON.stringify` would escape as is). */
+function canonicalString(text: string): string {
+  if (hasLoneSurrogate(text)) throw new JsonSyntaxError(LONE_SURROGATE)
+  return JSON.stringify(text)
+}
+
 function checkNumber(value: number, position?: number): void {
   if (!Number.isFinite(value)) throw new JsonSyntaxError('Numbers must be finite', position)
   if (Number.isInteger(value) && Math.abs(value) > MAX_SAFE) {
@@ -33,14 +62,15 @@ function checkNumber(value: number, position?: number): void {
  * Serialises a value as RFC 8785 canonical JSON: object members sorted by UTF-16 code units, no whitespace,
  * numbers and strings as ECMAScript `JSON.stringify` writes them. `undefined` members are omitted, as JSON does.
  *
- * @throws {JsonSyntaxError} for non-finite numbers, unsafe integers, and values JSON cannot represent.
+ * @throws {JsonSyntaxError} for non-finite numbers, unsafe integers, strings or member names with a lone surrogate,
+ * and values JSON cannot represent.
  * @example
  * canonicalJson({ b: 1, a: [true, null] }) // '{"a":[true,null],"b":1}'
  */
 export function canonicalJson(value: unknown): string {
   switch (typeof value) {
     case 'string':
-      return JSON.stringify(value)
+      return canonicalString(value)
     case 'number':
       checkNumber(value)
       return JSON.stringify(value)
@@ -68,7 +98,7 @@ export function canonicalJson(value: unknown): string {
         if (member === undefined || typeof member === 'function') continue
         if (!first) out += ','
         first = false
-        out += `${JSON.stringify(key)}:${canonicalJson(member)}`
+        out += `${canonicalString(key)}:${canonicalJson(member)}`
       }
       return `${out}}`
     }
@@ -79,7 +109,8 @@ export function canonicalJson(value: unknown): string {
 
 /**
  * Parses JSON text like `JSON.parse`, but rejects what would make a fingerprint ambiguous: duplicate member names in
- * one object, and integers whose magnitude exceeds 2^53 - 1. The `__proto__` member name is kept as plain data.
+ * one object, integers whose magnitude exceeds 2^53 - 1, and strings with a lone surrogate (escaped as `\ud800`, or
+ * a raw unpaired code unit in `text`). The `__proto__` member name is kept as plain data.
  *
  * @throws {JsonSyntaxError} with the offending position.
  */
@@ -213,6 +244,11 @@ class StrictParser {
       }
       if (c === 0x5c) break
       if (c < 0x20) throw new JsonSyntaxError('Control character in string', pos)
+      // A raw surrogate (from a caller's string; decoded UTF-8 never holds one) is fine only as a pair's high half.
+      if (isSurrogate(c)) {
+        if (!isPairAt(text, pos)) throw new JsonSyntaxError(LONE_SURROGATE, pos)
+        pos++
+      }
       pos++
     }
     // Slow path: let JSON.parse decode escapes once the end of the string is found.
@@ -221,13 +257,19 @@ class StrictParser {
       if (c === 0x5c) pos += 2
       else if (c === 0x22) {
         this.pos = pos + 1
+        let decoded: string
         try {
-          return JSON.parse(text.slice(start - 1, pos + 1)) as string
+          decoded = JSON.parse(text.slice(start - 1, pos + 1)) as string
         } catch {
           throw new JsonSyntaxError('Invalid escape in string', start - 1)
         }
+        // Escaped surrogates (`\ud800`) pair up, or not, only once decoded.
+        if (hasLoneSurrogate(decoded)) throw new JsonSyntaxError(LONE_SURROGATE, start - 1)
+        return decoded
       } else if (c < 0x20) throw new JsonSyntaxError('Control character in string', pos)
-      else pos++
+      else if (!isSurrogate(c)) pos++
+      else if (isPairAt(text, pos)) pos += 2
+      else throw new JsonSyntaxError(LONE_SURROGATE, pos)
     }
     throw new JsonSyntaxError('Unterminated string', start - 1)
   }

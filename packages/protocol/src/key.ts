@@ -48,6 +48,10 @@ export function isValidKey(key: string): boolean {
   return keyProblem(key) === undefined
 }
 
+// Optional whitespace in HTTP is SP and HTAB only (RFC 9110, section 5.6.3). String#trim also drops U+00A0, which
+// Node reads from the obs-text byte 0xA0, and so made "\xa0abc" and "abc" one key.
+const OWS = /^[ \t]+|[ \t]+$/g
+
 /**
  * Reads an `Idempotency-Key` header value. Accepts the bare form (`abc`) and the RFC 8941 string form (`"abc"`,
  * with `\"` and `\\` escapes). A repeated header (an array, or a value Node joined with a comma) is rejected.
@@ -72,7 +76,7 @@ export function parseIdempotencyKey(header: string | readonly string[] | undefin
       detail: 'Send exactly one Idempotency-Key header.',
     }
   }
-  const value = header.trim()
+  const value = header.replace(OWS, '')
   if (value.length === 0) {
     return { ok: false, code: 'idempotency_key_malformed', detail: 'The Idempotency-Key header is empty.' }
   }

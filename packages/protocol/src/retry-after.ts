@@ -18,7 +18,8 @@ const DELTA_SECONDS = /^\d+$/
 const HTTP_DATE = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /
 
 /**
- * Parses a `Retry-After` value into milliseconds to wait (never negative), or `undefined` when absent or invalid.
+ * Parses a `Retry-After` value into milliseconds to wait (never negative), or `undefined` when absent or invalid
+ * (delta-seconds beyond 2^53 - 1 are invalid: they cannot be held exactly).
  *
  * @example
  * parseRetryAfter('3') // 3000
@@ -43,14 +44,18 @@ export function parseRetryAfter(
   return Math.max(0, at - reference)
 }
 
+/** The largest delta-seconds written: 2^31, which RFC 9111 (section 1.2.2) has caches use for any larger value. */
+const MAX_DELTA_SECONDS = 2_147_483_648
+
 /**
  * Formats a wait in milliseconds as delta-seconds, rounded up and at least 1, so a client never retries at once
- * because of rounding.
+ * because of rounding. A wait over 2^31 seconds (or infinite) is written as 2^31: always digits, never the exponent
+ * form `String()` gives from 1e21. `NaN` and waits of 0 or less are written as 1.
  *
  * @example
  * formatRetryAfter(1200) // '2'
  */
 export function formatRetryAfter(ms: number): string {
-  if (!Number.isFinite(ms) || ms <= 0) return '1'
-  return String(Math.max(1, Math.ceil(ms / 1000)))
+  if (Number.isNaN(ms) || ms <= 0) return '1'
+  return String(Math.min(MAX_DELTA_SECONDS, Math.max(1, Math.ceil(ms / 1000))))
 }

@@ -40,6 +40,19 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(['k1', 'k2'])).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
     expect(parseIdempotencyKey('"k1", "k2"')).toMatchObject({ ok: false, code: 'idempotency_key_repeated' })
   })
+
+  it('strips only the whitespace HTTP allows around a value (SP, HTAB), so another byte is never dropped', () => {
+    expect(parseIdempotencyKey(' \tabc\t ')).toEqual({ ok: true, key: 'abc' })
+    expect(parseIdempotencyKey(' " abc "\t')).toEqual({ ok: true, key: ' abc ' })
+    // Node reads the obs-text byte 0xA0 as U+00A0: "\xa0abc" is another header value than "abc", not the same key.
+    for (const odd of ['\u00a0', '\ufeff', '\u2028', '\u3000', '\u000b', '\u000c', '\r', '\n']) {
+      expect(parseIdempotencyKey(`${odd}abc`), JSON.stringify(odd)).toMatchObject({
+        ok: false,
+        code: 'idempotency_key_malformed',
+      })
+      expect(parseIdempotencyKey(`"abc"${odd}`), JSON.stringify(odd)).toMatchObject({ ok: false })
+    }
+  })
 })
 
 describe('strict JSON and canonical JSON', () => {
@@ -67,6 +80,37 @@ describe('strict JSON and canonical JSON', () => {
     expect(parseStrictJson('9007199254740991')).toBe(9007199254740991)
     expect(() => canonicalJson({ n: 2 ** 60 })).toThrow(JsonSyntaxError)
     expect(() => canonicalJson({ n: Number.NaN })).toThrow(JsonSyntaxError)
+  })
+
+  it('refuses a lone surrogate, escaped or raw, in a string or a member name (I-JSON)', () => {
+    const lone = [
+      String.raw`"\ud800"`,
+      String.raw`"x\udc00y"`,
+      String.raw`"\ud800\u0041"`,
+      String.raw`"\udc00\ud800"`,
+      String.raw`{"\udfff":1}`,
+      '"\ud800"',
+      '"a\udc00"',
+      '"\ud800\\n"',
+      '{"\ud800":1}',
+      // A raw high half, then an escaped low half: the text itself is not well-formed Unicode.
+      '"\ud83d\\ude00"',
+    ]
+    for (const text of lone) {
+      expect(() => parseStrictJson(text), text).toThrow(JsonSyntaxError)
+      expect(() => parseStrictJson(text), text).toThrow(/Lone surrogate/)
+    }
+    expect(parseStrictJson(String.raw`"\ud83d\ude00"`)).toBe('\u{1F600}')
+    expect(parseStrictJson('"\u{1F600}\\n"')).toBe('\u{1F600}\n')
+    expect(parseStrictJson('{"\u{1F600}":1}')).toEqual({ '\u{1F600}': 1 })
+  })
+
+  it('refuses to serialise a lone surrogate instead of escaping it as is', () => {
+    for (const value of ['\ud800', 'a\udc00', ['\udbff'], { k: '\ud800x' }, { '\udc00': 1 }]) {
+      expect(() => canonicalJson(value)).toThrow(JsonSyntaxError)
+      expect(() => canonicalJson(value)).toThrow(/Lone surrogate/)
+    }
+    expect(canonicalJson('\ud83d\ude00')).toBe('"\u{1F600}"')
   })
 
   it('parses what JSON.parse parses, including escapes and __proto__ as data', () => {
@@ -133,6 +177,16 @@ describe('Retry-After', () => {
     expect(formatRetryAfter(1)).toBe('1')
     expect(formatRetryAfter(1001)).toBe('2')
     expect(formatRetryAfter(Number.NaN)).toBe('1')
+    expect(formatRetryAfter(-5)).toBe('1')
+  })
+
+  it('formats a huge wait as delta-seconds a parser accepts, capped at 2^31 seconds', () => {
+    // String(n) writes 1e21 and above in exponent form, which is not delta-seconds.
+    for (const ms of [1e24, Number.MAX_VALUE, Number.POSITIVE_INFINITY, 2 ** 53 * 1000]) {
+      expect(formatRetryAfter(ms), String(ms)).toBe('2147483648')
+      expect(parseRetryAfter(formatRetryAfter(ms))).toBe(2_147_483_648_000)
+    }
+    expect(formatRetryAfter(2_147_483_647_001)).toBe('2147483648')
   })
 })
 

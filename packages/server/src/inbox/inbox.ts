@@ -125,12 +125,21 @@ export interface Inbox {
  * payload and its canonical JSON text hash alike.
  *
  * @throws {TypeError} naming `payload` when a value cannot be represented exactly in JSON (NaN, an integer beyond
- * 2^53, a bigint): pass the message bytes instead.
+ * 2^53, a bigint, a lone surrogate) or a string holds a lone surrogate: pass the message bytes instead.
  */
 export function payloadFingerprint(payload: ConsumeInput<unknown>['payload']): string {
   const hash = createHash('sha256')
   if (payload === undefined) return hash.update('oncely:inbox:any-payload').digest('hex')
-  if (typeof payload === 'string') return hash.update(payload).digest('hex')
+  if (typeof payload === 'string') {
+    const bytes = Buffer.from(payload, 'utf8')
+    // UTF-8 has no lone surrogates: Node writes each as U+FFFD, which would make two different texts one message.
+    if (bytes.toString('utf8') !== payload) {
+      throw new TypeError(
+        'Expected `payload` to be well-formed Unicode text, but it holds a lone surrogate. Pass the message bytes to fingerprint them as received.',
+      )
+    }
+    return hash.update(bytes).digest('hex')
+  }
   if (ArrayBuffer.isView(payload)) {
     return hash.update(new Uint8Array(payload.buffer, payload.byteOffset, payload.byteLength)).digest('hex')
   }

@@ -50,6 +50,14 @@ async function send(
 
 const effects = async (cart: string) =>
   (await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE cart = $1', [cart])).rows[0].n as number
+/** Key rows for `key` of the suite's tenant (`Bearer tenant_1`), whatever their status. */
+const keyRows = async (key: string) =>
+  (
+    await db.pool.query(
+      'SELECT count(*)::int AS n FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2',
+      ['tenant_1', key],
+    )
+  ).rows[0].n as number
 const record = async (key: string) =>
   (await db.pool.query('SELECT status FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]?.status as
     | string
@@ -190,6 +198,50 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
       expect(res.headers.get('content-type')).toBe('application/problem+json')
       expect(res.json()).toMatchObject({ code: 'invalid_json' })
       expect(await record(key)).toBeUndefined()
+    })
+
+    // Canonical JSON (RFC 8785) is defined on I-JSON, which has no lone surrogates: such a body has no fingerprint
+    // and no canonical form to store, so it is refused with the other bad JSON, and the key stays free for the
+    // client's corrected request.
+    it.each([
+      ['a lone high surrogate', (key: string) => `{"cart":"${key}","amount":1,"memo":"\\ud800"}`],
+      ['a lone low surrogate', (key: string) => `{"cart":"${key}","amount":1,"memo":"x\\udc00y"}`],
+      [
+        'a high surrogate before a non-surrogate',
+        (key: string) => `{"cart":"${key}","amount":1,"memo":"\\ud800\\u0041"}`,
+      ],
+      [
+        'surrogates in the wrong order',
+        (key: string) => `{"cart":"${key}","amount":1,"memo":"\\udc00\\ud800"}`,
+      ],
+      ['a lone surrogate in a member name', (key: string) => `{"cart":"${key}","amount":1,"\\udfff":0}`],
+    ])(
+      '%s escaped in a string: 400 invalid_json, no key row, and the key then runs a correct body once',
+      async (_, bodyFor) => {
+        const key = freshKey()
+        const res = await post(key, bodyFor(key))
+        expect(res.status).toBe(400)
+        expect(res.headers.get('content-type')).toBe('application/problem+json')
+        expect(res.json()).toMatchObject({ status: 400, code: 'invalid_json' })
+        expect(res.json().detail).toMatch(/surrogate/)
+        expect(await keyRows(key)).toBe(0)
+        expect(await effects(key)).toBe(0)
+        const corrected = await post(key, { cart: key, amount: 1 })
+        expect(corrected.status).toBe(201)
+        expect(corrected.headers.get('idempotent-replayed')).toBeNull()
+        expect(await effects(key)).toBe(1)
+        expect(await keyRows(key)).toBe(1)
+      },
+    )
+
+    it('a well-formed surrogate pair, escaped or not, is an ordinary character', async () => {
+      const key = freshKey()
+      const escaped = await post(key, `{"cart":"${key}","amount":1,"memo":"\\ud83d\\ude00"}`)
+      const raw = await post(key, { cart: key, amount: 1, memo: '\u{1F600}' })
+      expect(escaped.status).toBe(201)
+      expect(raw.status).toBe(201)
+      expect(raw.headers.get('idempotent-replayed')).toBe('true')
+      expect(await effects(key)).toBe(1)
     })
 
     it('a body over the route limit: 413', async () => {

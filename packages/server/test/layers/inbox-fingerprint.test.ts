@@ -83,10 +83,22 @@ describe('payloadFingerprint', () => {
     expect(payloadFingerprint('{"a":1,"b":2}')).toBe(payloadFingerprint({ b: 2, a: 1 }))
   })
 
+  it('refuses, naming `payload`, a string with a lone surrogate (UTF-8 would hash it as U+FFFD, like another text)', () => {
+    for (const bad of ['a\ud800', '\udc00', 'x\udc00\ud800']) {
+      expect(() => payloadFingerprint(bad)).toThrow(TypeError)
+      expect(() => payloadFingerprint(bad)).toThrow(/`payload`.*lone surrogate.*bytes/)
+    }
+    expect(payloadFingerprint('a\ufffd')).toMatch(/^[0-9a-f]{64}$/)
+    expect(payloadFingerprint('\u{1F600}')).toBe(payloadFingerprint(Buffer.from('\u{1F600}')))
+  })
+
   it('refuses, naming `payload`, a value JSON cannot hold exactly', () => {
-    for (const bad of [{ n: Number.NaN }, { n: 2 ** 60 }, { n: 10n }]) {
+    for (const bad of [{ n: Number.NaN }, { n: 2 ** 60 }, { n: 10n }, { note: '\ud800' }, { '\udc00': 1 }]) {
+      expect(() => payloadFingerprint(bad)).toThrow(TypeError)
       expect(() => payloadFingerprint(bad)).toThrow(/Expected `payload` to be a JSON value.*bytes/)
     }
+    // A lone surrogate has no canonical form (I-JSON): before, it was escaped as is into the hashed text.
+    expect(() => payloadFingerprint({ note: 'a\ud800' })).toThrow(/Lone surrogate/)
   })
 })
 

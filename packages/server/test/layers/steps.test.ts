@@ -1,3 +1,4 @@
+import { JsonSyntaxError } from '@oncely/protocol'
 import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
@@ -245,3 +246,11 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
 })
 
 const engineStepKey = (key: string, step: string) => stepKeyFor('t', 'POST /pay', key, step)
+
+describe('stepKeyFor', () => {
+  it('refuses a step name with a lone surrogate instead of hashing a text no UTF-8 system can hold', () => {
+    expect(stepKeyFor('t', 'POST /pay', 'k', 'charge')).toMatch(/^[0-9a-f]{64}$/)
+    expect(() => stepKeyFor('t', 'POST /pay', 'k', 'charge\ud800')).toThrow(JsonSyntaxError)
+    expect(() => stepKeyFor('t', 'POST /pay', 'k', 'charge\ud800')).toThrow(/Lone surrogate/)
+  })
+})
