@@ -176,9 +176,15 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
   const paymentIds = new Set(db.payments.map((row) => row.id))
   // Acknowledgements an asynchronous failover may have lost, whose payment is indeed gone.
   const mayBeLost = coveredByAsyncFailover(history)
+  const sentAt = attemptSendTimes(intents)
   const lostAck = (event: AckEvent) => {
     const payment = paymentIdOf(event.response)
-    return event.response.status < 300 && payment !== '' && !paymentIds.has(payment) && mayBeLost(event)
+    return (
+      event.response.status < 300 &&
+      payment !== '' &&
+      !paymentIds.has(payment) &&
+      mayBeLost(event, sentAt(event))
+    )
   }
   const lostPayments = new Map<string, LostTransaction>()
   for (const intent of intents.values()) {
@@ -445,6 +451,28 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
   return intents
 }
 
+/**
+ * When the attempt that an answer came from was sent, by the worker's clock: the intent's last attempt sent before
+ * the answer was received. Undefined for histories without those times.
+ */
+function attemptSendTimes(intents: Map<string, Intent>): (event: AckEvent) => number | undefined {
+  const sends = new Map<string, number[]>()
+  for (const intent of intents.values()) {
+    const times = intent.events.flatMap((event) =>
+      event.type === 'attempt' && event.phase === 'invoke' && event.sentAt !== undefined
+        ? [event.sentAt]
+        : [],
+    )
+    sends.set(intent.id, times)
+  }
+  return (event) => {
+    const received = event.type === 'intent' ? event.receivedAt : undefined
+    if (received === undefined) return undefined
+    const before = (sends.get(event.intent) ?? []).filter((at) => at <= received)
+    return before.length > 0 ? Math.max(...before) : undefined
+  }
+}
+
 /** A completion that carried a stored outcome (2xx or 402), with when it was recorded. */
 type AckEvent = (IntentEvent | AttemptEvent) & { response: ObservedResponse }
 
@@ -466,7 +494,9 @@ function paymentIdOf(response: ObservedResponse): string {
  * replication was held back until the promoted standby served ({@link FAILOVER_MARGIN_MS}). Under synchronous
  * replication nothing is covered: whatever was acknowledged must survive.
  */
-function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: HistoryEvent) => boolean {
+function coveredByAsyncFailover(
+  history: readonly HistoryEvent[],
+): (event: HistoryEvent, sentAt: number | undefined) => boolean {
   const windows: Array<{ from: number; until: number; untilTime: number }> = []
   let start: FaultEvent | undefined
   for (const event of history) {
@@ -480,14 +510,14 @@ function coveredByAsyncFailover(history: readonly HistoryEvent[]): (event: Histo
       start = undefined
     }
   }
-  // An answer is judged by when the worker received it (its report can reach the driver seconds later, or after a
-  // restart), on the same machine's clock as the failover's own events.
-  return (event) =>
+  // An answer is judged by the worker's own clock, the same machine's as the failover's events (its report can reach
+  // the driver seconds later, or only after a restart): received once the standby stopped receiving, to a request
+  // sent before the promoted standby served. The answer itself may arrive after that: the old primary committed it.
+  return (event, sentAt) =>
     windows.some((w) => {
       const received = event.type === 'intent' ? event.receivedAt : undefined
-      return received === undefined
-        ? event.time >= w.from && event.index < w.until
-        : received >= w.from && received <= w.untilTime
+      if (received === undefined) return event.time >= w.from && event.index < w.until
+      return received >= w.from && (sentAt ?? received) <= w.untilTime
     })
 }
 

@@ -83,6 +83,8 @@ export interface AttemptEvent extends EventBase {
   attempt: number
   response?: ObservedResponse
   error?: string
+  /** On `invoke`: when the worker sent the attempt, by its own clock (ms since the epoch). */
+  sentAt?: number
 }
 
 /** A fault the nemesis or a proxy injected. */

@@ -102,7 +102,7 @@ const client = createClient({
 const keys = new Map<string, string>()
 client.on('attempt', ({ id, key, attempt }) => {
   keys.set(id, key)
-  emit({ type: 'attempt', phase: 'invoke', intent: id, key, attempt })
+  emit({ type: 'attempt', phase: 'invoke', intent: id, key, attempt, sentAt: Date.now() })
 })
 client.on('retry', ({ id, key, attempt, reason }) => {
   emit({ type: 'attempt', phase: 'info', intent: id, key, attempt, error: reason })
@@ -164,7 +164,7 @@ async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void
   const { intent, of, key, kind, body } = command
   emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, of, body })
   for (let attempt = 1; attempt <= 8; attempt++) {
-    emit({ type: 'attempt', phase: 'invoke', intent, key, attempt })
+    emit({ type: 'attempt', phase: 'invoke', intent, key, attempt, sentAt: Date.now() })
     try {
       const res = await fetch(new URL(PATH, env.baseUrl), {
         method: 'POST',

@@ -613,6 +613,38 @@ describe('check: failovers', () => {
     expect(rules(reportedAfterRestart(false))).toContain('lost-acknowledged')
   })
 
+  /** An attempt sent at `sentAt` (worker clock) whose 201 for a payment the failover lost arrives after the failover. */
+  function answeredAfterFailover(sentDuringFailover: boolean) {
+    const h = history()
+    const lost = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    const start = h.failover('start', 'async')
+    const stop = h.failover('stop', 'async')
+    const stopTime = h.events[stop - 1]!.time
+    const sentAt = sentDuringFailover ? h.events[start - 1]!.time : stopTime + 1
+    h.add({
+      type: 'attempt',
+      phase: 'invoke',
+      process: 'worker-1',
+      intent: 'i1',
+      key: 'k-i1',
+      attempt: 1,
+      sentAt,
+    })
+    h.settle('i1', 'ok', created(lost), 'k-i1', stopTime + 5_000)
+    const db = ledger([], {
+      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
+    })
+    return check(h.events, db)
+  }
+
+  it('judges an answer by when its request was sent: one sent during the failover may be lost with it', () => {
+    const sentDuring = answeredAfterFailover(true)
+    expect(sentDuring.violations).toEqual([])
+    expect(sentDuring.classes.i1).toBe('lost-in-failover')
+    expect(rules(answeredAfterFailover(false))).toContain('lost-acknowledged')
+  })
+
   it('excuses a loss from when the nemesis measured the standby was behind, even before the failover began', () => {
     const h = history()
     const lost = payment('i1', 1)
