@@ -1,12 +1,13 @@
 /**
  * A seeded fuzzer against the real entry point (`src/main.ts` as a child process, on a real Postgres): random and
  * hostile requests from fast-check (Idempotency-Key forms, content types, bodies from valid payments to invalid
- * UTF-8, methods and paths), each on its own socket. For every request: no 5xx, every 4xx is problem+json, and a
- * refused request leaves the key of its tenant as it found it. After the run: healthy, and a fresh payment runs once.
+ * UTF-8, methods and paths), each on its own socket. For every request: no 5xx, every 4xx is problem+json, a body
+ * that is not UTF-8 is refused, and a refused request leaves the key of its tenant as it found it. After the run: healthy, and a fresh payment runs once.
  *
  * ONCELY_FUZZ_RUNS (default 300) and ONCELY_FUZZ_SEED (default fixed) make a longer or another run; a failure prints
  * the seed and the shrunk request.
  */
+import { isUtf8 } from 'node:buffer'
 import { randomUUID } from 'node:crypto'
 import { parseIdempotencyKey } from '@oncely/protocol'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
@@ -106,6 +107,9 @@ async function check(generated: FuzzRequest): Promise<void> {
     expect(res.headers['content-type'], what).toMatch(/^application\/problem\+json/)
     expect(JSON.parse(res.body.toString('utf8')), what).toMatchObject({ status: res.status })
   }
+  // JSON text is UTF-8: a payment whose bytes are not is refused, never booked with U+FFFD in their place.
+  if (request.method === 'POST' && Array.isArray(request.body) && !isUtf8(Buffer.from(request.body)))
+    expect(res.status, `a body that is not UTF-8 was accepted: ${what}`).toBeGreaterThanOrEqual(400)
   if (!target) return
   const after = await keyRows(target.tenant, target.key)
   // 402 is a declined payment: executed, and stored for replay like a success.

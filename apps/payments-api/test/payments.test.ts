@@ -98,6 +98,35 @@ describe('validation', () => {
     expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(1)
   })
 
+  // JSON text is UTF-8. Decoded leniently, a reference holding the byte 0xff was booked as U+FFFD, and a retry with
+  // 0xfe in its place was answered as a replay of that payment rather than 422.
+  it.each([
+    ['the byte 0xff', [0xff]],
+    ['the byte 0xfe', [0xfe]],
+    ['an encoded surrogate', [0xed, 0xa0, 0x80]],
+  ])(
+    'answers 400 invalid_json for a body holding %s (not UTF-8), reserves nothing, and the key then pays once',
+    async (_, bytes) => {
+      const key = randomUUID()
+      const text = Buffer.concat([
+        Buffer.from('{"amount":700,"currency":"eur","reference":"order '),
+        Buffer.from(bytes),
+        Buffer.from('"}'),
+      ])
+      const res = await pay(app, text, { key })
+      expect(res.statusCode).toBe(400)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(res.json()).toMatchObject({ status: 400, code: 'invalid_json' })
+      expect(res.json().detail).toMatch(/UTF-8/)
+      expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+      const corrected = await pay(app, { amount: 700, currency: 'eur', reference: 'order-18' }, { key })
+      expect(corrected.statusCode).toBe(201)
+      expect(corrected.headers['idempotent-replayed']).toBeUndefined()
+      expect(await count(db.pool, 'payments', ['idempotency_key', key])).toBe(1)
+      expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(1)
+    },
+  )
+
   it('answers 400 idempotency_key_missing without an Idempotency-Key', async () => {
     const res = await app.inject({
       method: 'POST',

@@ -24,7 +24,7 @@ export function pay(
       'idempotency-key': key,
       'content-type': 'application/json',
     },
-    payload: typeof body === 'string' ? body : JSON.stringify(body),
+    payload: typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body),
   })
 }
 

@@ -180,7 +180,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       if (!(req as IncomingMessage).readableEnded) {
         const read = await readNodeBody(req, limit)
         if (!read.ok) return sendRefusal(req, res, problemAnswer(read.problem))
-        const parsed = parseBody(read.text, header)
+        const parsed = parseBody(read.bytes, header)
         if (!parsed.ok) return answer(problemAnswer(parsed.problem))
         body = parsed.body
         req.body = body

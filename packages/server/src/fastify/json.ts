@@ -32,15 +32,17 @@ export function installStrictJsonParser(
   isIdempotent: (request: FastifyRequest) => boolean,
 ): void {
   const fallback = fastify.getDefaultJsonParser('error', 'error')
-  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+  // As bytes, so that `parseBody` decodes them strictly (Fastify's string decoding is lenient). Fastify's own parser
+  // takes a Buffer as well as a string, though it is typed for strings.
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     let strict: boolean
     try {
       strict = isIdempotent(request)
     } catch (error) {
       return done(error as Error, undefined)
     }
-    if (!strict) return fallback(request, body as string, done)
-    const parsed = parseBody(body as string, (name) => request.headers[name])
+    if (!strict) return fallback(request, body as unknown as string, done)
+    const parsed = parseBody(body as Buffer, (name) => request.headers[name])
     if (parsed.ok) done(null, parsed.body)
     else done(new InvalidJsonError(parsed.problem), undefined)
   })

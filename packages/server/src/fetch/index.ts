@@ -84,7 +84,7 @@ async function readBody(
   limit: number,
   header: HeaderReader,
 ): Promise<BodyResult | TooLarge> {
-  if (reader === undefined) return parseBody('', header)
+  if (reader === undefined) return parseBody(new Uint8Array(0), header)
   const chunks: Uint8Array[] = []
   let size = 0
   for (;;) {
@@ -95,7 +95,7 @@ async function readBody(
     if (size > limit) return { ok: false, tooLarge: true, rest: () => reader.read() }
     chunks.push(value)
   }
-  return parseBody(Buffer.concat(chunks).toString('utf8'), header)
+  return parseBody(Buffer.concat(chunks, size), header)
 }
 
 function queryOf(url: URL): Record<string, unknown> {

@@ -6,11 +6,11 @@ import type { ReplacingAnswer } from './answer.js'
 import { type ChunkSource, refuse } from './refusal.js'
 import { payloadTooLarge } from './request.js'
 
-/** A request body read as text, or the problem that refuses it. */
-export type ReadBody = { ok: true; text: string } | { ok: false; problem: ProblemDetails }
+/** A request body as the bytes received (decoded by `parseBody`), or the problem that refuses it. */
+export type ReadBody = { ok: true; bytes: Buffer } | { ok: false; problem: ProblemDetails }
 
 /**
- * Reads a Node request's body as UTF-8, refusing it with 413 as soon as it exceeds `limit` bytes (whatever its
+ * Reads a Node request's body as bytes, refusing it with 413 as soon as it exceeds `limit` bytes (whatever its
  * `Content-Length` claimed). The rest is left unread: answer with {@link sendRefusal}, which discards it within
  * bounds.
  */
@@ -30,7 +30,7 @@ export function readNodeBody(request: IncomingMessage, limit: number): Promise<R
       chunks.push(chunk)
     }
     request.on('data', onData)
-    request.once('end', () => resolve({ ok: true, text: Buffer.concat(chunks).toString('utf8') }))
+    request.once('end', () => resolve({ ok: true, bytes: Buffer.concat(chunks, size) }))
     request.once('error', reject)
     request.once('close', () => {
       if (!request.readableEnded)

@@ -55,10 +55,29 @@ export const payloadTooLarge = () =>
 export type BodyResult = { ok: true; body: unknown } | { ok: false; problem: ProblemDetails }
 
 /**
- * Parses a JSON body strictly: duplicate member names and integers beyond 2^53 are 400 `invalid_json`, because
- * either makes two different requests fingerprint alike. No bytes without a JSON content type means no body.
+ * JSON text must be UTF-8 (RFC 8259, and I-JSON, RFC 7493, the input of canonical JSON). A lenient decoder turns
+ * every invalid sequence into U+FFFD, so two bodies differing only in their invalid bytes would decode alike and share
+ * a fingerprint; this one throws instead (natively, without a pass in JavaScript). A byte order mark at the start is
+ * dropped (`ignoreBOM: false`), as RFC 8259 allows and as Fastify's and Express's own JSON parsers do: it is not
+ * part of the JSON text, so a body with one fingerprints like the same body without. Anywhere else it is U+FEFF.
  */
-export function parseBody(text: string, header: HeaderReader): BodyResult {
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
+
+/**
+ * Parses a JSON body, given as the bytes received, strictly: bytes that are not UTF-8, duplicate member names,
+ * integers beyond 2^53 and lone surrogates are 400 `invalid_json`, because each makes two different requests
+ * fingerprint alike (or leaves one without a canonical form). No bytes without a JSON content type means no body.
+ */
+export function parseBody(bytes: Uint8Array, header: HeaderReader): BodyResult {
+  let text: string
+  try {
+    text = utf8.decode(bytes)
+  } catch {
+    return {
+      ok: false,
+      problem: problem('invalid_json', 'The body is not valid UTF-8; JSON text must be UTF-8.'),
+    }
+  }
   if (text.length === 0) {
     if (mediaType(header) !== 'application/json') return { ok: true, body: undefined }
     return { ok: false, problem: problem('invalid_json', 'The body is empty; send a JSON value.') }

@@ -29,6 +29,8 @@ async function send(
   body: unknown,
   headers: Record<string, string> = {},
 ): Promise<Result> {
+  // A string or raw bytes go out as they are; anything else as JSON.
+  const payload = typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body)
   const response = await fetch(`${app.url}${path}`, {
     method: 'POST',
     headers: {
@@ -37,7 +39,7 @@ async function send(
       ...(key === undefined ? {} : { 'idempotency-key': key }),
       ...headers,
     },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
+    body: payload as BodyInit,
   })
   const bytes = Buffer.from(await response.arrayBuffer())
   return {
@@ -233,6 +235,78 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
         expect(await keyRows(key)).toBe(1)
       },
     )
+
+    // I-JSON (RFC 7493), the input of canonical JSON, is UTF-8. A lenient decoder turns every invalid sequence into
+    // U+FFFD, so bodies that differ only in their invalid bytes would share a fingerprint: the second would be
+    // answered as a replay of the first instead of 422.
+    const withBytes = (key: string, ...bytes: number[]) =>
+      Buffer.concat([
+        Buffer.from(`{"cart":"${key}","amount":1,"memo":"a`),
+        Buffer.from(bytes),
+        Buffer.from('b"}'),
+      ])
+    it.each([
+      ['a byte that is never UTF-8 (0xff)', [0xff]],
+      ['a lone continuation byte', [0x80]],
+      ['a truncated sequence', [0xe2, 0x82]],
+      ['an overlong encoding', [0xc0, 0xaf]],
+      ['an encoded surrogate (CESU-8)', [0xed, 0xa0, 0x80]],
+      ['a code point beyond U+10FFFF', [0xf4, 0x90, 0x80, 0x80]],
+    ])(
+      '%s in a string: 400 invalid_json, no key row, and the key then runs a correct body once',
+      async (_, bytes) => {
+        const key = freshKey()
+        const res = await post(key, withBytes(key, ...bytes))
+        expect(res.status).toBe(400)
+        expect(res.headers.get('content-type')).toBe('application/problem+json')
+        expect(res.json()).toMatchObject({ status: 400, code: 'invalid_json' })
+        expect(res.json().detail).toMatch(/UTF-8/)
+        expect(await keyRows(key)).toBe(0)
+        expect(await effects(key)).toBe(0)
+        const corrected = await post(key, { cart: key, amount: 1 })
+        expect(corrected.status).toBe(201)
+        expect(corrected.headers.get('idempotent-replayed')).toBeNull()
+        expect(await effects(key)).toBe(1)
+        expect(await keyRows(key)).toBe(1)
+      },
+    )
+
+    it('two bodies that differ only in their invalid bytes are both refused, never taken for each other', async () => {
+      const key = freshKey()
+      const first = await post(key, withBytes(key, 0xff))
+      const second = await post(key, withBytes(key, 0xfe))
+      for (const res of [first, second]) {
+        expect(res.status).toBe(400)
+        expect(res.json()).toMatchObject({ code: 'invalid_json' })
+        expect(res.headers.get('idempotent-replayed')).toBeNull()
+      }
+      expect(await keyRows(key)).toBe(0)
+      expect(await effects(key)).toBe(0)
+      // Nor for a body holding U+FFFD itself, which is an ordinary character (the one a lenient decoder writes).
+      const replacement = await post(key, withBytes(key, 0xef, 0xbf, 0xbd))
+      const invalid = await post(key, withBytes(key, 0xff))
+      expect(replacement.status).toBe(201)
+      expect(invalid.status).toBe(400)
+      expect(invalid.headers.get('idempotent-replayed')).toBeNull()
+      expect(await effects(key)).toBe(1)
+    })
+
+    it('a UTF-8 byte order mark before the JSON text is ignored (RFC 8259 allows it); one later is text', async () => {
+      const key = freshKey()
+      const bom = Buffer.from([0xef, 0xbb, 0xbf])
+      const plain = await post(key, Buffer.from(`{"cart":"${key}","amount":1}`))
+      const marked = await post(key, Buffer.concat([bom, Buffer.from(`{"cart":"${key}","amount":1}`)]))
+      expect(plain.status).toBe(201)
+      expect(marked.status).toBe(201)
+      expect(marked.headers.get('idempotent-replayed')).toBe('true')
+      // Inside a string it is the character U+FEFF, so another payload; anywhere else between tokens it is no JSON.
+      const inString = await post(key, withBytes(key, ...bom))
+      expect(inString.status).toBe(422)
+      const twice = await post(freshKey(), Buffer.concat([bom, bom, Buffer.from('{"amount":1}')]))
+      expect(twice.status).toBe(400)
+      expect(twice.json()).toMatchObject({ code: 'invalid_json' })
+      expect(await effects(key)).toBe(1)
+    })
 
     it('a well-formed surrogate pair, escaped or not, is an ordinary character', async () => {
       const key = freshKey()
