@@ -202,7 +202,10 @@ export interface EngineOptions {
    * it expires, and an entry is evicted conservatively before the record's `expires_at` (its remaining lifetime is
    * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). A record
    * deleted with `engine.forget()` leaves this process's cache at once; one deleted or edited by hand (or forgotten
-   * through another instance) is answered from an entry for at most `maxAgeMs`.
+   * through another instance) is answered from an entry for at most `maxAgeMs`. A failover to a standby that missed
+   * commits (asynchronous replication) empties it when it breaks this process's connections; behind a
+   * transaction-mode pooler it may break none (idle client connections to the pooler survive), so there, with
+   * asynchronous replication, set `replayCache: false`.
    * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000 }
    * @example
    * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024, maxAgeMs: 10_000 } })
