@@ -63,8 +63,8 @@ function instancesMarkdown(result: InstancesResult): string {
       'Postgres',
       'load generator',
       'commits/request',
-      'WAL syncs/request',
-      'WAL bytes/request',
+      'WAL syncs/request (server-wide)',
+      'WAL bytes/request (server-wide)',
     ],
     result.runs.map((r) => [
       r.instances,

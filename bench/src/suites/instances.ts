@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { createTestDatabase, freePort, waitFor } from '@oncely/test-support'
 import type pg from 'pg'
 import { load } from '../load.js'
-import { cpuSeconds, machineTicks, postgresSeconds } from '../proc.js'
+import { cpuSeconds, machineTicks } from '../proc.js'
 import { median } from '../stats.js'
 import { type ReaperResult, reaperThroughput } from './scale.js'
 
@@ -44,11 +44,17 @@ export interface InstancesRun {
   machineIowait: number
   /** 1-minute load average at the end of the run. */
   loadAverage: number
-  /** Microseconds of CPU per request: all instances together, every Postgres process, the load generator. */
+  /**
+   * Microseconds of CPU per request: all instances together; Postgres (this database's backends and the server's
+   * background processes); the load generator.
+   */
   instancesUs: number
   postgresUs: number
   loadUs: number
-  /** Transactions committed in the suite's database, and WAL syncs of the whole server, per request. */
+  /**
+   * Transactions committed in the suite's database per request; WAL syncs and bytes of the whole server per request
+   * (on a shared server they include other databases' writes).
+   */
   commitsPerRequest: number
   walSyncsPerRequest: number
   walBytesPerRequest: number
@@ -187,6 +193,26 @@ async function postgresCounters(pool: pg.Pool): Promise<PostgresCounters> {
   }
 }
 
+/**
+ * CPU seconds so far of this database's backends and of the server's own background processes (WAL writer,
+ * checkpointer, background writer, autovacuum), by pid: on a shared server, other databases' sessions are left out.
+ */
+async function postgresCpu(pool: pg.Pool): Promise<Map<number, number>> {
+  const { rows } = await pool.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity
+     WHERE datname = current_database() OR backend_type IN ('walwriter', 'checkpointer', 'background writer',
+       'autovacuum launcher', 'autovacuum worker')`,
+  )
+  return new Map(rows.map(({ pid }) => [pid, cpuSeconds(pid)]))
+}
+
+/** CPU seconds used between two readings; a backend that appeared meanwhile counts from its start. */
+function postgresCpuBetween(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0
+  for (const [pid, seconds] of after) total += seconds - (before.get(pid) ?? 0)
+  return total
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 interface Sample {
@@ -221,7 +247,7 @@ async function measure(
   const counters0 = await postgresCounters(pool)
   const ticks0 = machineTicks()
   const instances0 = instances.reduce((sum, i) => sum + cpuSeconds(i.pid), 0)
-  const postgres0 = postgresSeconds()
+  const postgres0 = await postgresCpu(pool)
   const load0 = process.cpuUsage()
   const result = await load({
     url: instances.map((i) => i.url),
@@ -234,7 +260,7 @@ async function measure(
   })
   const loadCpu = process.cpuUsage(load0)
   const instancesCpu = instances.reduce((sum, i) => sum + cpuSeconds(i.pid), 0) - instances0
-  const postgresCpu = postgresSeconds() - postgres0
+  const postgresUsed = postgresCpuBetween(postgres0, await postgresCpu(pool))
   const ticks1 = machineTicks()
   const loadAverage = os.loadavg()[0]!
   await sleep(STATS_FLUSH_MS)
@@ -257,7 +283,7 @@ async function measure(
     iowait: (ticks1.iowait - ticks0.iowait) / elapsed,
     loadAverage,
     instancesUs: (instancesCpu * 1e6) / n,
-    postgresUs: (postgresCpu * 1e6) / n,
+    postgresUs: (postgresUsed * 1e6) / n,
     loadUs: (loadCpu.user + loadCpu.system) / n,
     commits: (counters1.commits - counters0.commits) / n,
     walSyncs: (counters1.walSyncs - counters0.walSyncs) / n,
