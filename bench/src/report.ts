@@ -52,6 +52,7 @@ function instancesMarkdown(result: InstancesResult): string {
       'instances',
       'workload',
       'req/s',
+      'req/s per round',
       'p50 ms',
       'p99 ms',
       'statuses',
@@ -70,6 +71,7 @@ function instancesMarkdown(result: InstancesResult): string {
       r.instances,
       r.workload,
       r.rps.toFixed(0),
+      r.rpsRounds.map((rps) => rps.toFixed(0)).join(', '),
       ms(r.p50Ms),
       ms(r.p99Ms),
       Object.entries(r.statuses)
@@ -358,6 +360,7 @@ export function summary(report: BenchReport): unknown {
       runs: report.instances.runs.map((r) => ({
         ...r,
         rps: round(r.rps, 0),
+        rpsRounds: r.rpsRounds.map((rps) => round(rps, 0)),
         p50Ms: round(r.p50Ms),
         p99Ms: round(r.p99Ms),
         machineBusy: round(r.machineBusy),

@@ -32,6 +32,8 @@ export interface InstancesRun {
   requests: number
   /** Medians over rounds. */
   rps: number
+  /** Each round's req/s, in order: on a shared machine one disturbed round shows here. */
+  rpsRounds: number[]
   p50Ms: number
   p99Ms: number
   /** Statuses summed over rounds. */
@@ -429,6 +431,7 @@ export async function instancesBench(options: {
           connections: options.connections,
           requests: options.requests,
           rps: mid((s) => s.rps),
+          rpsRounds: list.map((s) => s.rps),
           p50Ms: mid((s) => s.p50),
           p99Ms: mid((s) => s.p99),
           statuses,
