@@ -109,8 +109,12 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
       LOG_LEVEL: 'warn',
     },
   })
+  // The last lines of its output, quoted if it exits while starting.
   const output: string[] = []
-  const keep = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean).slice(-20))
+  const keep = (chunk: Buffer) => {
+    output.push(...chunk.toString().split('\n').filter(Boolean))
+    output.splice(0, output.length - 20)
+  }
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
   let exited = false
@@ -128,8 +132,7 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
     await waitFor(
       `the payments API on port ${port}`,
       async () => {
-        if (exited)
-          throw new Error(`the payments API exited while starting:\n${output.slice(-20).join('\n')}`)
+        if (exited) throw new Error(`the payments API exited while starting:\n${output.join('\n')}`)
         const response = await fetch(`${url}/healthz`).catch(() => undefined)
         await response?.arrayBuffer()
         return response?.status === 200
