@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks'
 import { createTestDatabase } from '@oncely/test-support'
 import { describeMachine } from './machine.js'
 import { parseOptions, USAGE } from './options.js'
+import { postgresVisible } from './proc.js'
 import { type BenchReport, markdown, summary } from './report.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
 import { startServer } from './server/process.js'
@@ -51,20 +52,26 @@ const report: BenchReport = {
   scale: [],
   cpu: [],
   otel: [],
+  instances: undefined,
   targets: [],
 }
 await db.pool.query(LEDGER_SCHEMA)
-const server = await startServer({
-  databaseUrl: db.url,
-  redisUrl: options.redisUrl,
-  poolSize: POOL_SIZE,
-  variants: options.variants,
-})
+// The bench server and its variants, for the suites that measure them (the others start what they measure).
+const needsServer = (['server', 'storm', 'scale', 'cpu'] as const).some((suite) => options.suites.has(suite))
+const server = needsServer
+  ? await startServer({
+      databaseUrl: db.url,
+      redisUrl: options.redisUrl,
+      poolSize: POOL_SIZE,
+      variants: options.variants,
+    })
+  : { urls: { baseline: '' } as Record<string, string>, failed: {}, pid: 0, stop: async () => {} }
 report.failedVariants = server.failed
 for (const [name, error] of Object.entries(server.failed)) log(`variant ${name} did not start: ${error}`)
 
 try {
-  if (!server.urls.baseline) throw new Error(`the baseline did not start: ${server.failed.baseline}`)
+  if (needsServer && !server.urls.baseline)
+    throw new Error(`the baseline did not start: ${server.failed.baseline}`)
   const running = Object.keys(server.urls).filter((name) => name !== 'baseline')
   if (options.suites.has('server')) {
     const scenarios: Scenario[] = running.flatMap((variant) => [
@@ -163,8 +170,8 @@ try {
     }
   }
   if (options.suites.has('cpu')) {
-    const { cpuSplit, cpuSplitAvailable } = await import('./suites/cpu.js')
-    if (!cpuSplitAvailable()) log('\ncpu: skipped (needs Linux /proc and a Postgres on this machine)')
+    const { cpuSplit } = await import('./suites/cpu.js')
+    if (!postgresVisible()) log('\ncpu: skipped (needs Linux /proc and a Postgres on this machine)')
     else {
       log('\nCPU per first-execution request, 10 connections')
       report.cpu = await cpuSplit({
@@ -190,6 +197,22 @@ try {
       warmup: mode.warmup,
       log,
     })
+  }
+  if (options.suites.has('instances')) {
+    const { instancesBench } = await import('./suites/instances.js')
+    if (!postgresVisible()) log('\ninstances: skipped (needs Linux /proc and a Postgres on this machine)')
+    else {
+      log(`\ninstances: payments API x ${options.instances.join(', ')} on one Postgres`)
+      report.instances = await instancesBench({
+        counts: options.instances,
+        connections: 16,
+        requests: options.quick ? 1_500 : 5_000,
+        warmup: mode.warmup,
+        rounds: mode.rounds,
+        reaperRows: options.quick ? 100_000 : 1_000_000,
+        log,
+      })
+    }
   }
 } finally {
   await server.stop()

@@ -1,7 +1,7 @@
-// One load run with autocannon's programmatic API: a fixed number of POST /ledger requests over `connections`
-// keep-alive connections, each with the key `nextKey()` returns. Latencies are taken from autocannon's per-response
-// event (float milliseconds) rather than its integer-millisecond histogram, because the differences measured here
-// are fractions of a millisecond.
+// One load run with autocannon's programmatic API: a fixed number of POST requests over `connections` keep-alive
+// connections, each with the key `nextKey()` returns. Latencies are taken from autocannon's per-response event (float
+// milliseconds) rather than its integer-millisecond histogram, because the differences measured here are fractions of
+// a millisecond.
 import { performance } from 'node:perf_hooks'
 import autocannon from 'autocannon'
 import { percentile } from './stats.js'
@@ -9,10 +9,20 @@ import { percentile } from './stats.js'
 export const TRANSFER_BODY = JSON.stringify({ account: 'acct-42', amount: 1250 })
 
 export interface LoadOptions {
-  url: string
+  /**
+   * The server, or several instances of it: the connections are then dealt out round-robin (connection i to
+   * instance i mod n), as a client-side balancer with keep-alive connections spreads them.
+   */
+  url: string | readonly string[]
   connections: number
   amount: number
   nextKey: () => string
+  /** @default '/ledger' */
+  path?: string
+  /** @default TRANSFER_BODY */
+  body?: string
+  /** Headers that depend on the request's key (a tenant, say). @default none */
+  headersFor?: (key: string) => Record<string, string>
 }
 
 export interface LoadResult {
@@ -27,33 +37,47 @@ export interface LoadResult {
 }
 
 export async function load(options: LoadOptions): Promise<LoadResult> {
+  const urls = typeof options.url === 'string' ? [options.url] : options.url
+  if (urls.length === 0 || options.connections < urls.length)
+    throw new TypeError(`load: ${options.connections} connections cannot cover ${urls.length} instances`)
   const latencies: number[] = []
   const statuses: Record<number, number> = {}
   const started = performance.now()
-  const instance = autocannon({
-    url: `${options.url}/ledger`,
-    connections: options.connections,
-    amount: options.amount,
-    timeout: 30,
-    requests: [
-      {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: TRANSFER_BODY,
-        setupRequest: (request) => ({
-          ...request,
-          headers: { ...request.headers, 'idempotency-key': options.nextKey() },
-        }),
-      },
-    ],
-  })
   let lastResponse = started
-  instance.on('response', (_client, status, _bytes, ms) => {
-    lastResponse = performance.now()
-    statuses[status] = (statuses[status] ?? 0) + 1
-    latencies.push(ms)
-  })
-  const result = await instance
+  // One autocannon per instance, all in this process and sharing `nextKey`, so the key sequence is dealt out as
+  // requests are sent whichever instance they go to.
+  const share = (total: number, i: number) =>
+    Math.floor(total / urls.length) + (i < total % urls.length ? 1 : 0)
+  const results = await Promise.all(
+    urls.map((url, i) => {
+      const instance = autocannon({
+        url: `${url}${options.path ?? '/ledger'}`,
+        connections: share(options.connections, i),
+        amount: share(options.amount, i),
+        timeout: 30,
+        requests: [
+          {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: options.body ?? TRANSFER_BODY,
+            setupRequest: (request) => {
+              const key = options.nextKey()
+              return {
+                ...request,
+                headers: { ...request.headers, ...options.headersFor?.(key), 'idempotency-key': key },
+              }
+            },
+          },
+        ],
+      })
+      instance.on('response', (_client, status, _bytes, ms) => {
+        lastResponse = performance.now()
+        statuses[status] = (statuses[status] ?? 0) + 1
+        latencies.push(ms)
+      })
+      return instance
+    }),
+  )
   // autocannon notices that `amount` is reached on its 1-second tick; the wall time until the last response is the
   // real duration (otherwise every rate is the amount divided by a whole number of seconds).
   const seconds = (lastResponse - started) / 1000
@@ -63,7 +87,7 @@ export async function load(options: LoadOptions): Promise<LoadResult> {
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
     statuses,
-    errors: result.errors + result.timeouts,
+    errors: results.reduce((sum, result) => sum + result.errors + result.timeouts, 0),
   }
 }
 

@@ -17,9 +17,20 @@ export interface BenchOptions {
   rows: readonly number[]
   /** Pending intents per store for the scale suite's resume() timing. @default 1000 with --quick, 10000 otherwise */
   intents: number
+  /** Payments API instance counts for the instances suite. @default [1, 2, 4] */
+  instances: readonly number[]
 }
 
-export const SUITES = ['server', 'storm', 'client', 'client-browser', 'scale', 'cpu', 'otel'] as const
+export const SUITES = [
+  'server',
+  'storm',
+  'client',
+  'client-browser',
+  'scale',
+  'cpu',
+  'otel',
+  'instances',
+] as const
 export type Suite = (typeof SUITES)[number]
 export const VARIANTS = [
   'baseline',
@@ -34,18 +45,21 @@ export const VARIANTS = [
   'powertools-redis',
 ]
 
-export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale,cpu,otel] [--variants a,b]
+export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale,cpu,otel,instances] [--variants a,b]
 
   --quick           short runs (3 rounds), no 1M/10M-row scale runs
   --json <file>     write the ratios and targets as JSON
   --suites <list>   run only these suites (default: all; client-browser needs Chromium, and with scale it
                     also times resume() of --intents intents in indexedDbStore; cpu splits each first
                     execution's CPU between the server, Postgres and the load generator, Linux only;
-                    otel measures @oncely/server/otel against the bare engine in a process of its own)
+                    otel measures @oncely/server/otel against the bare engine in a process of its own;
+                    instances runs 1, 2 and 4 payments API processes on one Postgres, sizes the key table
+                    and times the reaper, Linux only)
   --variants <list> start only these server variants (baseline is always started)
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)
   --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
+  --instances <list> payments API instance counts for the instances suite (default 1,2,4)
                     known: ${VARIANTS.join(', ')}
   REDIS_URL         Redis for the Redis-backed peers (default redis://127.0.0.1:6379)
   DATABASE_URL      Postgres server; a fresh database is created on it and dropped afterwards`
@@ -81,6 +95,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       variants: { type: 'string' },
       rows: { type: 'string' },
       intents: { type: 'string' },
+      instances: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   })
@@ -98,6 +113,11 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         : [0, 1_000_000, 10_000_000]
       : values.rows.split(',').map((item) => count(item, '--rows'))
   const intents = values.intents === undefined ? (quick ? 1_000 : 10_000) : count(values.intents, '--intents')
+  const instances = (values.instances ?? '1,2,4').split(',').map((item) => {
+    const n = count(item, '--instances')
+    if (n < 1) throw new TypeError(`--instances expects counts of at least 1; got ${item}`)
+    return n
+  })
   return {
     quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),
@@ -106,5 +126,6 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     rows,
     intents,
+    instances,
   }
 }

@@ -4,6 +4,7 @@ import { round } from './stats.js'
 import type { ClientSummary } from './suites/client.js'
 import type { ScenarioSummary } from './suites/compare.js'
 import type { CpuSplit } from './suites/cpu.js'
+import type { InstancesResult } from './suites/instances.js'
 import type { OtelCost } from './suites/otel.js'
 import type { ReaperResult, ResumeResult } from './suites/scale.js'
 import type { StormResult } from './suites/storm.js'
@@ -26,6 +27,8 @@ export interface BenchReport {
   cpu: CpuSplit[]
   /** @oncely/server/otel against the bare engine (suite `otel`). */
   otel: OtelCost[]
+  /** Payments API instances sharing one Postgres, the key table's size and the reaper (suite `instances`). */
+  instances: InstancesResult | undefined
   targets: Target[]
 }
 
@@ -37,6 +40,80 @@ const table = (head: string[], rows: (string | number)[][]) =>
   ].join('\n')
 
 const ms = (value: number) => (Number.isFinite(value) ? value.toFixed(3) : 'n/a')
+const percent = (share: number) => `${(share * 100).toFixed(0)}%`
+/** Bytes as MiB or GiB, for sizes from a table's rows. */
+const size = (bytes: number) =>
+  bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(1)} GiB` : `${(bytes / 2 ** 20).toFixed(0)} MiB`
+
+function instancesMarkdown(result: InstancesResult): string {
+  const first = result.runs[0]
+  const runs = table(
+    [
+      'instances',
+      'workload',
+      'req/s',
+      'req/s per round',
+      'p50 ms',
+      'p99 ms',
+      'statuses',
+      'payments per fresh key',
+      'machine CPU busy',
+      'iowait',
+      'load avg (1 min, end)',
+      'CPU us/request: instances',
+      'Postgres',
+      'load generator',
+      'commits/request',
+      'WAL syncs/request (server-wide)',
+      'WAL bytes/request (server-wide)',
+    ],
+    result.runs.map((r) => [
+      r.instances,
+      r.workload,
+      r.rps.toFixed(0),
+      r.rpsRounds.map((rps) => rps.toFixed(0)).join(', '),
+      ms(r.p50Ms),
+      ms(r.p99Ms),
+      Object.entries(r.statuses)
+        .map(([code, n]) => `${code}: ${n}`)
+        .join(', ') + (r.errors ? `, errors: ${r.errors}` : ''),
+      r.paymentsPerFreshKey.toFixed(2),
+      percent(r.machineBusy),
+      percent(r.machineIowait),
+      r.loadAverage.toFixed(2),
+      r.instancesUs.toFixed(0),
+      r.postgresUs.toFixed(0),
+      r.loadUs.toFixed(0),
+      r.commitsPerRequest.toFixed(2),
+      r.walSyncsPerRequest.toFixed(2),
+      r.walBytesPerRequest.toFixed(0),
+    ]),
+  )
+  const k = result.keyTable
+  const bytes = (b: KeyBytes) => `${b.total} (heap ${b.heap}, indexes ${b.indexes}, TOAST ${b.toast})`
+  const keyTable = table(
+    ['measure', 'value'],
+    [
+      ['key rows written by the runs', k.rows],
+      ['bytes per key row as written', bytes(k.asWritten)],
+      ['bytes per key row after VACUUM FULL', bytes(k.compacted)],
+      ['peak first-execution rate measured', `${k.peakInsertRps.toFixed(0)} keys/s`],
+      ['keys per day at that rate', Math.round(k.keysPerDay).toLocaleString('en-US')],
+      [
+        `key table at the default retention (${k.retentionHours} h)`,
+        `${size(k.bytesAtRetention.compacted)} compacted, ${size(k.bytesAtRetention.asWritten)} as written`,
+      ],
+      [
+        'reaper (engine.reap())',
+        `${k.reaper.expiredRows} expired keys in ${k.reaper.seconds.toFixed(2)} s: ${k.reaper.rowsPerSecond.toFixed(0)} rows/s, batches of ${k.reaper.batchSize}`,
+      ],
+      ['reaper rate / peak insert rate', `${(k.reaper.rowsPerSecond / k.peakInsertRps).toFixed(0)}x`],
+    ],
+  )
+  return `\n**instances** (payments API processes on one Postgres, \`POST /v1/payments\`, ${first?.connections ?? 0} connections dealt round-robin over the instances, ${first?.requests ?? 0} requests per run, reservation: '${result.reservation}'; median of ${result.rounds} rounds, statuses summed)\n\n${runs}\n\n**key table and reaper**\n\n${keyTable}`
+}
+
+type KeyBytes = InstancesResult['keyTable']['asWritten']
 
 export function markdown(report: BenchReport): string {
   const m = report.machine
@@ -207,6 +284,7 @@ export function markdown(report: BenchReport): string {
       )}`,
     )
   }
+  if (report.instances) parts.push(instancesMarkdown(report.instances))
   parts.push(
     `\n**targets**\n\n${table(
       ['target', 'goal', 'measured', 'met'],
@@ -284,6 +362,24 @@ export function summary(report: BenchReport): unknown {
       bareCpuUs: o.bareCpuUs === null ? null : round(o.bareCpuUs, 0),
       instrumentedCpuUs: o.instrumentedCpuUs === null ? null : round(o.instrumentedCpuUs, 0),
     })),
+    instances: report.instances && {
+      ...report.instances,
+      runs: report.instances.runs.map((r) => ({
+        ...r,
+        rps: round(r.rps, 0),
+        rpsRounds: r.rpsRounds.map((rps) => round(rps, 0)),
+        p50Ms: round(r.p50Ms),
+        p99Ms: round(r.p99Ms),
+        machineBusy: round(r.machineBusy),
+        machineIowait: round(r.machineIowait),
+        instancesUs: round(r.instancesUs, 0),
+        postgresUs: round(r.postgresUs, 0),
+        loadUs: round(r.loadUs, 0),
+        commitsPerRequest: round(r.commitsPerRequest),
+        walSyncsPerRequest: round(r.walSyncsPerRequest),
+        walBytesPerRequest: round(r.walBytesPerRequest, 0),
+      })),
+    },
     targets: report.targets,
   }
 }

@@ -3,8 +3,8 @@
 // Read from /proc (Linux, Postgres on this machine), so it is skipped elsewhere. Also counts the server's write
 // system calls per request: each is a round trip on loopback TCP, which costs CPU on both sides.
 import { randomUUID } from 'node:crypto'
-import { readdirSync, readFileSync } from 'node:fs'
 import { load } from '../load.js'
+import { cpuSeconds, postgresSeconds, writeCalls } from '../proc.js'
 
 export interface CpuSplit {
   variant: string
@@ -16,49 +16,6 @@ export interface CpuSplit {
   /** Write system calls of the server process per request (database round trips plus the HTTP response). */
   writesPerRequest: number
   rps: number
-}
-
-const CLOCK_TICKS_PER_SECOND = 100 // USER_HZ: 100 on every Linux architecture Node runs on
-
-/** CPU seconds (user + system) a process has used so far, from /proc; 0 once it has ended. */
-export function cpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
-  } catch {
-    return 0 // the process ended meanwhile
-  }
-}
-
-function writeCalls(pid: number): number {
-  try {
-    return Number(/syscw: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1] ?? 0)
-  } catch {
-    return 0
-  }
-}
-
-function postgresSeconds(): number {
-  let total = 0
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres')
-        total += cpuSeconds(Number(entry))
-    } catch {
-      // gone
-    }
-  }
-  return total
-}
-
-/** True when this machine can be measured this way (Linux /proc, Postgres processes visible). */
-export function cpuSplitAvailable(): boolean {
-  try {
-    return postgresSeconds() > 0
-  } catch {
-    return false
-  }
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!

@@ -5,9 +5,9 @@
 //   the ratio is then the instrumentation's own cost, not the context manager's, which any traced service pays.
 // - `noop`: no SDK at all: the instrumentation on the API's no-op providers, which must cost nothing.
 import { keySequence, type LoadResult, load } from '../load.js'
+import { cpuSeconds } from '../proc.js'
 import { startServer } from '../server/process.js'
 import { median } from '../stats.js'
-import { cpuSeconds } from './cpu.js'
 
 export interface OtelCost {
   setup: 'sdk' | 'noop'

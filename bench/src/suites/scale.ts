@@ -25,27 +25,37 @@ export async function keyRows(pool: pg.Pool): Promise<number> {
 
 /**
  * Adds finished (or, with `expired`, already expired) keys until the table holds `target` rows, in chunks so one
- * statement never holds millions of rows of WAL, then refreshes the planner's statistics.
+ * statement never holds millions of rows of WAL, then refreshes the planner's statistics. With `likeExisting`, each
+ * added row copies a finished row already in the table (one an application wrote: its headers, body and recovery
+ * point) under a new key, so sizes and delete costs are those of that application's rows rather than the filler's.
  */
 export async function fillKeys(
   pool: pg.Pool,
   target: number,
-  options: { expired?: boolean } = {},
+  options: { expired?: boolean; likeExisting?: boolean } = {},
 ): Promise<number> {
   await migrate(pool, { schema: ONCELY_SCHEMA })
   const start = await keyRows(pool)
   const expiry = options.expired ? "now() - interval '1 second'" : "now() + interval '1 day'"
   const tag = randomUUID().slice(0, 8)
+  const rows = options.likeExisting
+    ? `SELECT t.scope, t.operation, $1 || '-' || i, t.fingerprint, t.status, t.request_headers, t.response_status,
+  t.response_headers, t.response_body, t.recovery_point, ${expiry}
+FROM generate_series($2::bigint, $3::bigint) AS i,
+  (SELECT * FROM ${TABLE} WHERE status = 'succeeded' ORDER BY created_at DESC LIMIT 1) AS t`
+    : `SELECT 'filler', 'POST /ledger', $1 || '-' || i, md5(i::text) || md5(i::text), 'succeeded', NULL, 201,
+  '{"content-type":"application/json"}', convert_to('{"id":"1","account":"acct-42","amount":1250}', 'UTF8'), NULL,
+  ${expiry}
+FROM generate_series($2::bigint, $3::bigint) AS i`
   for (let from = start; from < target; from += FILL_CHUNK) {
     const to = Math.min(target, from + FILL_CHUNK)
-    await pool.query(
-      `INSERT INTO ${TABLE} (scope, operation, key, fingerprint, status, response_status, response_headers,
-  response_body, expires_at)
-SELECT 'filler', 'POST /ledger', $1 || '-' || i, md5(i::text) || md5(i::text), 'succeeded', 201,
-  '{"content-type":"application/json"}', convert_to('{"id":"1","account":"acct-42","amount":1250}', 'UTF8'), ${expiry}
-FROM generate_series($2::bigint, $3::bigint) AS i`,
+    const { rowCount } = await pool.query(
+      `INSERT INTO ${TABLE} (scope, operation, key, fingerprint, status, request_headers, response_status,
+  response_headers, response_body, recovery_point, expires_at)
+${rows}`,
       [tag, from + 1, to],
     )
+    if (options.likeExisting && rowCount === 0) throw new Error('fillKeys: no finished key to copy')
   }
   await pool.query(`VACUUM ANALYZE ${TABLE}`)
   // Flush the fill's dirty pages now, so a checkpoint spread over the next minutes does not compete with the
@@ -61,14 +71,18 @@ export interface ReaperResult {
   rowsPerSecond: number
 }
 
-/** Fills `expiredRows` expired keys, then times `engine.reap()` until nothing is left to delete. */
+/**
+ * Fills `expiredRows` expired keys (copies of a finished row already there with `likeExisting`, see
+ * {@link fillKeys}), then times `engine.reap()` until nothing is left to delete.
+ */
 export async function reaperThroughput(
   pool: pg.Pool,
   expiredRows: number,
-  batchSize = 1_000,
+  options: { batchSize?: number; likeExisting?: boolean } = {},
 ): Promise<ReaperResult> {
+  const batchSize = options.batchSize ?? 1_000
   const before = await keyRows(pool)
-  await fillKeys(pool, before + expiredRows, { expired: true })
+  await fillKeys(pool, before + expiredRows, { expired: true, likeExisting: options.likeExisting ?? false })
   const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }) })
   const started = performance.now()
   let deleted = 0

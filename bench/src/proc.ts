@@ -1,0 +1,64 @@
+// Readers of Linux /proc for the suites that split CPU between processes (cpu, instances): they read what the
+// kernel already counts, so measuring costs nothing in the measured processes.
+import { readdirSync, readFileSync } from 'node:fs'
+
+const CLOCK_TICKS_PER_SECOND = 100 // USER_HZ: 100 on every Linux architecture Node runs on
+
+/** CPU seconds (user + system) `pid` has used so far; 0 when it has ended. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+  } catch {
+    return 0 // the process ended meanwhile
+  }
+}
+
+/** Write system calls `pid` has made so far. */
+export function writeCalls(pid: number): number {
+  try {
+    return Number(/syscw: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1] ?? 0)
+  } catch {
+    return 0
+  }
+}
+
+/** CPU seconds used so far by every process named `postgres` (backends, WAL writer, checkpointer, autovacuum). */
+export function postgresSeconds(): number {
+  let total = 0
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres')
+        total += cpuSeconds(Number(entry))
+    } catch {
+      // gone
+    }
+  }
+  return total
+}
+
+/** True when this machine can be measured this way (Linux /proc, Postgres processes visible). */
+export function postgresVisible(): boolean {
+  try {
+    return postgresSeconds() > 0
+  } catch {
+    return false
+  }
+}
+
+/** The whole machine's CPU time so far, in clock ticks summed over all cores: busy, and waiting for the disk. */
+export interface MachineTicks {
+  busy: number
+  iowait: number
+  total: number
+}
+
+export function machineTicks(): MachineTicks {
+  // First line of /proc/stat: cpu user nice system idle iowait irq softirq steal ...
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
+  const total = fields.slice(0, 8).reduce((sum, n) => sum + n, 0)
+  const idle = fields[3]!
+  const iowait = fields[4]!
+  return { busy: total - idle - iowait, iowait, total }
+}
