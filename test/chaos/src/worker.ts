@@ -20,6 +20,7 @@ import { fileStore } from '@oncely/client/node'
 import { IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
 import type { WORKER_CRASH_POINTS } from './faults.js'
 import type { PaymentBody, ReportedEvent } from './history.js'
+import { nextProbeDelay } from './probe-budget.js'
 import { createRandom } from './random.js'
 import { workerEnv } from './worker-env.js'
 import { writeLineSync } from './write-line.js'
@@ -163,7 +164,8 @@ async function request(intent: string, body: PaymentBody): Promise<void> {
 async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void> {
   const { intent, of, key, kind, body } = command
   emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, of, body })
-  for (let attempt = 1; attempt <= 8; attempt++) {
+  const started = Date.now()
+  for (let attempt = 1; ; attempt++) {
     emit({ type: 'attempt', phase: 'invoke', intent, key, attempt, sentAt: Date.now() })
     try {
       const res = await fetch(new URL(PATH, env.baseUrl), {
@@ -187,7 +189,9 @@ async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void
     } catch (error) {
       emit({ type: 'attempt', phase: 'info', intent, key, attempt, error: String(error) })
     }
-    await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+    const delay = nextProbeDelay(attempt, Date.now() - started)
+    if (delay === undefined) break
+    await new Promise((resolve) => setTimeout(resolve, delay))
   }
   emit({ type: 'intent', phase: 'info', intent, tenant: env.tenant, key, error: 'probe budget exhausted' })
 }
