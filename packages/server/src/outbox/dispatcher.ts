@@ -200,6 +200,8 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   let wake: (() => void) | undefined
   // The check of the current LISTEN: its payload, and the timer that gives up on it.
   let check: { payload: string; timer: NodeJS.Timeout } | undefined
+  // The check notification in flight, if any (awaited by stop()).
+  let checkSent: Promise<void> | undefined
   // Set once a LISTEN heard nothing: never listened again.
   let deaf = false
   const onNotification = (message: pg.Notification) => {
@@ -234,12 +236,16 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     }, LISTEN_CHECK_MS)
     timer.unref?.()
     check = { payload, timer }
-    pool.query('SELECT pg_notify($1, $2)', [channel, payload]).catch((error: unknown) => {
-      // Not sent, so nothing can be concluded: the next LISTEN checks again.
-      clearTimeout(timer)
-      if (check?.payload === payload) check = undefined
-      emit({ type: 'error', error })
-    })
+    // Awaited by stop(), so a stopped dispatcher has no query left in flight (nor an error to report after it).
+    checkSent = pool.query('SELECT pg_notify($1, $2)', [channel, payload]).then(
+      () => {},
+      (error: unknown) => {
+        // Not sent, so nothing can be concluded: the next LISTEN checks again.
+        clearTimeout(timer)
+        if (check?.payload === payload) check = undefined
+        if (running) emit({ type: 'error', error })
+      },
+    )
   }
 
   async function ensureListening(): Promise<void> {
@@ -313,6 +319,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       check = undefined
       wake?.()
       await loop
+      await checkSent
       loop = undefined
       const release = listener ? releaseListener : undefined
       listener = undefined
