@@ -3,6 +3,9 @@ import { traceHeadersFrom } from '../hooks.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
 import { SIGNATURE_HEADER, verifySignature } from './signature.js'
 
+// Strict: decoded leniently, ids differing only in invalid bytes would read alike (U+FFFD) and count as one event.
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
 /** Options of {@link createWebhookReceiver}. */
 export interface WebhookReceiverOptions {
   /**
@@ -62,8 +65,8 @@ export interface WebhookReceiver {
  *
  * - 200 for `processed`, `duplicate` (handled before) and `rejected` (a stored permanent failure): the provider
  *   stops retrying.
- * - 400 for `invalid_payload` (the body is not JSON, or the event has no id) and `mismatch` (never produced by the
- *   receiver, which does not fingerprint payloads).
+ * - 400 for `invalid_payload` (the body is not JSON in UTF-8, or the event has no id) and `mismatch` (never
+ *   produced by the receiver, which does not fingerprint payloads).
  * - 401 for `invalid_signature` (missing, malformed, stale or forged).
  * - 409 for `busy` (another delivery of the event is running) and 503 for `failed` (the handler failed retryably)
  *   and `unavailable` (the database): the provider retries later.
@@ -133,9 +136,9 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       if (!(await check(delivery.rawBody, delivery.headers ?? {}))) return { kind: 'invalid_signature' }
       let event: unknown
       try {
-        event = JSON.parse(delivery.rawBody.toString('utf8'))
+        event = JSON.parse(utf8.decode(delivery.rawBody))
       } catch {
-        return { kind: 'invalid_payload', detail: 'The body is not JSON.' }
+        return { kind: 'invalid_payload', detail: 'The body is not JSON in UTF-8.' }
       }
       const id = eventId(event)
       if (typeof id !== 'string' || id === '')

@@ -110,6 +110,29 @@ describe('webhook receiver', () => {
       kind: 'invalid_payload',
     })
   })
+
+  it('refuses a signed body that is not UTF-8, so two event ids differing only in invalid bytes are never one event', async () => {
+    const { engine } = engineFor(db.pool)
+    const receiver = createWebhookReceiver({ engine, provider: 'partner', secret })
+    const id = freshKey('evt')
+    const signed = (rawBody: Buffer) => ({
+      rawBody,
+      headers: { 'oncely-signature': signPayload(rawBody, { secret }) },
+    })
+    // {"id":"<id>\xff"} and {"id":"<id>\xfe"}: decoded leniently, both read as the id "<id>\ufffd".
+    const withByte = (byte: number) =>
+      Buffer.concat([Buffer.from(`{"id":"${id}`), Buffer.from([byte]), Buffer.from('"}')])
+    let ran = 0
+    const handler = async () => {
+      ran++
+    }
+    for (const byte of [0xff, 0xfe]) {
+      const result = await receiver.receive({ ...signed(withByte(byte)), handler })
+      expect(result).toMatchObject({ kind: 'invalid_payload' })
+      expect(webhookStatus(result)).toBe(400)
+    }
+    expect(ran).toBe(0)
+  })
 })
 
 describe('scheduled jobs', () => {
