@@ -81,6 +81,8 @@ export async function reaperThroughput(
   options: { batchSize?: number; likeExisting?: boolean } = {},
 ): Promise<ReaperResult> {
   const batchSize = options.batchSize ?? 1_000
+  // The table may not exist yet (a suite run on its own): count its rows only once it does.
+  await migrate(pool, { schema: ONCELY_SCHEMA })
   const before = await keyRows(pool)
   await fillKeys(pool, before + expiredRows, { expired: true, likeExisting: options.likeExisting ?? false })
   const engine = createEngine({ store: postgresStore({ pool, schema: ONCELY_SCHEMA }) })
