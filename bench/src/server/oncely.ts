@@ -1,10 +1,25 @@
 import { createHash } from 'node:crypto'
-import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { createEngine, type Engine, migrate, postgresStore } from '@oncely/server'
 import { idempotency } from '@oncely/server/fastify'
+import type { FastifyInstance } from 'fastify'
 import { insertEntry, type Transfer } from './ledger.js'
 import type { Variant } from './variant.js'
 
 export const ONCELY_SCHEMA = 'oncely'
+
+/** The Fastify plugin on `engine` and the idempotent `POST /ledger` whose handler only runs the INSERT. */
+export async function ledgerRoute(scope: FastifyInstance, engine: Engine): Promise<void> {
+  await scope.register(idempotency, { engine, tenant: () => 'bench' })
+  scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
+    '/ledger',
+    { config: { idempotency: { required: true } } },
+    async (request, reply) => {
+      const { tx, key } = request.idempotency
+      const response = await insertEntry(tx, key, request.body)
+      return reply.code(response.status).send(response.body)
+    },
+  )
+}
 
 /**
  * oncely: the key is reserved, the INSERT runs and the response is stored in one transaction on the business
@@ -22,16 +37,7 @@ function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'
       const engine = createEngine(
         replayCache ? { store, reservation } : { store, reservation, replayCache: false },
       )
-      await scope.register(idempotency, { engine, tenant: () => 'bench' })
-      scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
-        '/ledger',
-        { config: { idempotency: { required: true } } },
-        async (request, reply) => {
-          const { tx, key } = request.idempotency
-          const response = await insertEntry(tx, key, request.body)
-          return reply.code(response.status).send(response.body)
-        },
-      )
+      await ledgerRoute(scope, engine)
       return async () => {}
     },
   }

@@ -1,5 +1,4 @@
 import { createEngine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
 import { instrumentEngine } from '@oncely/server/otel'
 import { context, propagation } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
@@ -17,8 +16,7 @@ import {
   TraceIdRatioBasedSampler,
   TracerProvider,
 } from '@opentelemetry/sdk-trace'
-import { insertEntry, type Transfer } from './ledger.js'
-import { ONCELY_SCHEMA } from './oncely.js'
+import { ledgerRoute, ONCELY_SCHEMA } from './oncely.js'
 import type { Variant } from './variant.js'
 
 /** Exporters that take everything and keep nothing: the SDK's work is measured, not a collector's. */
@@ -88,19 +86,7 @@ function variant(name: string, sdk: boolean): Variant {
         telemetry = recording
         close = recording.close
       }
-      await scope.register(idempotency, {
-        engine: instrumentEngine(engine, telemetry),
-        tenant: () => 'bench',
-      })
-      scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
-        '/ledger',
-        { config: { idempotency: { required: true } } },
-        async (request, reply) => {
-          const { tx, key } = request.idempotency
-          const response = await insertEntry(tx, key, request.body)
-          return reply.code(response.status).send(response.body)
-        },
-      )
+      await ledgerRoute(scope, instrumentEngine(engine, telemetry))
       return close
     },
   }

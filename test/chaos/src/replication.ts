@@ -78,6 +78,7 @@ export class ReplicatedCluster {
   /** The primary's WAL position (bytes) no later than `at`: read after `at` was taken. */
   #walSamples: Array<{ at: number; lsn: bigint }> = []
   #sampler: NodeJS.Timeout | undefined
+  #closeSampler: (() => void) | undefined
 
   private constructor(options: ClusterOptions, primary: Node, endpoint: FaultProxy, stream: FaultProxy) {
     this.#options = options
@@ -182,13 +183,28 @@ export class ReplicatedCluster {
     return { walLostBytes: Number(behind.rows[0]!.bytes), lostSince }
   }
 
-  /** Samples the primary's WAL position until disposed; a sample that fails (primary restarting) is skipped. */
+  /**
+   * Samples the primary's WAL position until disposed, on one connection kept open (reopened after an error or a
+   * failover); a sample that fails (the primary restarting) is skipped.
+   */
   #sampleWal(): void {
+    let sampler: { port: number; client: pg.Client } | undefined
+    const close = () => {
+      void sampler?.client.end().catch(() => {})
+      sampler = undefined
+    }
+    this.#closeSampler = close
     const sample = async () => {
       const at = Date.now()
       const port = this.#primary.port
-      const { rows } = await query<{ lsn: string }>(
-        port,
+      if (sampler?.port !== port) {
+        close()
+        const client = new pg.Client({ connectionString: `postgres://${USER}@127.0.0.1:${port}/postgres` })
+        client.on('error', () => {})
+        sampler = { port, client }
+        await client.connect()
+      }
+      const { rows } = await sampler.client.query<{ lsn: string }>(
         "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint::text AS lsn",
       )
       // A failover meanwhile moved the primary: this sample is of the old one.
@@ -198,14 +214,8 @@ export class ReplicatedCluster {
         this.#walSamples.shift()
     }
     const next = () => {
-      if (this.#disposed) return
-      this.#sampler = setTimeout(
-        () =>
-          void sample()
-            .catch(() => {})
-            .finally(next),
-        WAL_SAMPLE_MS,
-      )
+      if (this.#disposed) return close()
+      this.#sampler = setTimeout(() => void sample().catch(close).finally(next), WAL_SAMPLE_MS)
     }
     next()
   }
@@ -214,6 +224,7 @@ export class ReplicatedCluster {
   async dispose(): Promise<void> {
     this.#disposed = true
     clearTimeout(this.#sampler)
+    this.#closeSampler?.()
     await this.#rebuilding
     await Promise.all([this.#standby?.process.dispose(), this.#primary.process.dispose()])
     await this.endpoint.close()

@@ -117,6 +117,13 @@ function ledger(rows: PaymentRow[], extra: Partial<FinalDb> = {}): FinalDb {
   }
 }
 
+/** The ledger after a failover lost `lost`: no payment, and the charge the provider kept (it is another system). */
+function lostInFailover(lost: PaymentRow): FinalDb {
+  return ledger([], {
+    charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
+  })
+}
+
 const rules = (result: ReturnType<typeof check>) => result.violations.map((v) => v.rule).sort()
 
 describe('check: valid histories', () => {
@@ -577,9 +584,7 @@ describe('check: failovers', () => {
     h.failover('stop', 'async')
     h.invoke('f1', body('i1'), { key: 'k-i1', kind: 'failover-replay', of: 'i1' })
     h.settle('f1', 'ok', created(lost), 'k-i1')
-    const db = ledger([], {
-      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
-    })
+    const db = lostInFailover(lost)
     const result = check(h.events, db)
     expect(rules(result)).toEqual(['replayed-lost-effect'])
     expect(result.classes.i1).toBe('lost-in-failover')
@@ -599,9 +604,7 @@ describe('check: failovers', () => {
     const startTime = h.events[start - 1]!.time
     const stopTime = h.events[stop - 1]!.time
     h.settle('i1', 'ok', created(lost), 'k-i1', receivedDuringFailover ? startTime + 1 : stopTime + 1)
-    const db = ledger([], {
-      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
-    })
+    const db = lostInFailover(lost)
     return check(h.events, db)
   }
 
@@ -632,9 +635,7 @@ describe('check: failovers', () => {
       sentAt,
     })
     h.settle('i1', 'ok', created(lost), 'k-i1', stopTime + 5_000)
-    const db = ledger([], {
-      charges: [{ id: lost.chargeId!, tenantId: 't1', amount: 100, currency: 'eur', reference: null }],
-    })
+    const db = lostInFailover(lost)
     return check(h.events, db)
   }
 
