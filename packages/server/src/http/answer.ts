@@ -8,7 +8,6 @@ import {
 } from '@oncely/protocol'
 import { DEFAULT_REPLAY_HEADERS } from '../engine/response.js'
 import type { Outcome, StoredResponse } from '../engine/types.js'
-import { isResponseTooLargeError } from '../errors.js'
 
 /** A response that replaces whatever the handler did: a replay, or a problem. */
 export interface Replacement {
@@ -60,7 +59,8 @@ function stored(response: StoredResponse, replayed: boolean): ReplacingAnswer {
 export function answerFor(outcome: Outcome, responded: boolean): Answer {
   switch (outcome.kind) {
     case 'executed':
-      return responded ? OWN : stored(outcome.response, false)
+      // A response too large to store was replaced by the stored problem: the client gets what a retry replays.
+      return responded && !outcome.tooLarge ? OWN : stored(outcome.response, false)
     case 'replayed':
       return stored(outcome.response, true)
     case 'in_progress':
@@ -77,10 +77,15 @@ export function answerFor(outcome: Outcome, responded: boolean): Answer {
         problem('store_unavailable', 'The idempotency store is unavailable; retry later.'),
         outcome.retryAfterMs,
       )
+    case 'lease_expired':
+      return problemAnswer(
+        problem(
+          'lease_expired',
+          'This attempt lost its hold on the key before it finished; nothing it did was committed. Retry with the same key.',
+        ),
+        outcome.retryAfterMs,
+      )
     case 'retryable_failure':
-      if (outcome.reason === 'response_too_large' && isResponseTooLargeError(outcome.error)) {
-        return problemAnswer(problem('response_too_large', outcome.error.message))
-      }
       if (outcome.response) return responded ? OWN : stored(outcome.response, false)
       throw outcome.error
   }
