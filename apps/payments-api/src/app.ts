@@ -116,7 +116,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     ? withoutIdempotency(pool)
     : await withIdempotency(app, createPaymentsEngine(app, options, faults, metrics))
 
-  const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? ownPool(app, pool), provider, faults })
+  const handle = createPaymentHandler({
+    stepsPool: options.stepsPool ?? ownPool(app, pool),
+    provider,
+    faults,
+  })
   registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
   if (metrics) registerMetricsRoute(app, metrics)

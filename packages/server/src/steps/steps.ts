@@ -1,7 +1,7 @@
 import type pg from 'pg'
 import { defaultClassify } from '../engine/classify.js'
-import { STORE_POOL } from '../hooks.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { STORE_POOL } from '../hooks.js'
 
 /** What a step receives. */
 export interface StepContext<S> {
