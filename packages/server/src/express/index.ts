@@ -19,7 +19,14 @@ import {
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod, parseBody } from '../http/request.js'
+import {
+  DEFAULT_MAX_BODY_BYTES,
+  decodePath,
+  headerProblem,
+  isSafeMethod,
+  parseBody,
+  targetPath,
+} from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
 
@@ -200,6 +207,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         verdict = await core.handle(route, {
           method: req.method,
           route: template ?? (route.operation as string),
+          path: decodePath(targetPath(req.originalUrl)),
           header,
           body,
           query: () => req.query as Record<string, unknown>,

@@ -22,7 +22,13 @@ import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
 import { refuse } from '../http/refusal.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod } from '../http/request.js'
+import {
+  DEFAULT_MAX_BODY_BYTES,
+  decodePath,
+  headerProblem,
+  isSafeMethod,
+  targetPath,
+} from '../http/request.js'
 import { payloadBytes } from './capture.js'
 import type { IdempotencyPluginOptions } from './config.js'
 import { frameworkProblem, installStrictJsonParser, RequestRefusedError } from './json.js'
@@ -184,6 +190,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       const verdict = await core.handle(route, {
         method: request.method,
         route: template,
+        path: decodePath(targetPath(request.url)),
         header: (name) => request.headers[name],
         body: request.body,
         query: () => request.query as Record<string, unknown>,

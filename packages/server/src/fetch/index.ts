@@ -14,6 +14,7 @@ import { type ChunkSource, refuse } from '../http/refusal.js'
 import {
   type BodyResult,
   DEFAULT_MAX_BODY_BYTES,
+  decodePath,
   type HeaderReader,
   headerProblem,
   isSafeMethod,
@@ -34,8 +35,11 @@ export type FetchIdempotencyOptions<Args extends unknown[] = []> = StandaloneAda
 /** Options of one idempotent handler: the route options, and the route template. */
 export interface FetchRouteOptions extends IdempotencyRouteOptions {
   /**
-   * The route template, part of the operation and the fingerprint, such as `/v1/orders/:id/refunds`.
-   * @default the request's path, such as `/v1/orders/42/refunds` (so each order is its own operation)
+   * The route template, part of the operation and the fingerprint, such as `/v1/orders/:id/refunds`. The request's
+   * decoded path (`/v1/orders/42/refunds`) counts toward the fingerprint either way, so the same key on another
+   * order is a 422.
+   * @default the request's path, percent-decoded as Hono's router matches it, such as `/v1/orders/42/refunds` (so
+   * each order is its own operation)
    * @example
    * { route: '/v1/orders/:id/refunds' }
    */
@@ -196,11 +200,14 @@ export function idempotency<Args extends unknown[] = []>(
         return url
       }
 
+      // As Hono's router matches it, so that every spelling of one path is one operation and one fingerprint.
+      const path = decodePath(urlOf().pathname)
       let own: Response | undefined
       let ownBody: Uint8Array<ArrayBuffer> | undefined
       const verdict = await core.handle(route, {
         method,
-        route: routeOptions?.route ?? urlOf().pathname,
+        route: routeOptions?.route ?? path,
+        path,
         header,
         body,
         query: () => queryOf(urlOf()),

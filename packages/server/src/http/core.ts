@@ -11,6 +11,11 @@ export interface Exchange {
   method: string
   /** The route template, such as `/v1/orders/:id`. */
   route: string
+  /**
+   * The request's path, decoded as the router matched it (see `decodePath`), with its parameter values, such as
+   * `/v1/orders/42`: part of the fingerprint, so the same key on another resource is a mismatch.
+   */
+  path: string
   header: HeaderReader
   /** The strictly parsed JSON body, `undefined` without one. */
   body: unknown
@@ -104,7 +109,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
       scope,
       operation,
       key,
-      fingerprint: fingerprintOf(route, exchange.method, exchange.route, exchange.body, exchange.query),
+      fingerprint: fingerprintOf(route, exchange, exchange.query),
       handler: async (ctx) => {
         const response = await exchange.run(ctx)
         responded = true

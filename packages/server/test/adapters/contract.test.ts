@@ -425,6 +425,61 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     })
   })
 
+  // The request's identity is what the handler acts on: the route and the values of its path parameters, as the
+  // router decoded them. Effects are booked per cart and account (`<key>/<account>`).
+  describe('the resource the path names', () => {
+    const transfer = (account: string, key: string, body: unknown) =>
+      send(app, `/v1/accounts/${account}/transfers`, key, body)
+
+    it('the same key on another resource of one route: 422 idempotency_key_reused, and that transfer never runs', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const a = await transfer('A', key, body)
+      expect(a.status).toBe(201)
+      expect(a.json()).toEqual({ account: 'A', cart: key })
+      const b = await transfer('B', key, body)
+      expect(b.status).toBe(422)
+      expect(b.headers.get('content-type')).toBe('application/problem+json')
+      expect(b.json()).toMatchObject({ code: 'idempotency_key_reused' })
+      expect(b.headers.get('idempotent-replayed')).toBeNull()
+      const again = await transfer('A', key, body)
+      expect(again.headers.get('idempotent-replayed')).toBe('true')
+      expect(again.body.equals(a.body)).toBe(true)
+      expect(await effects(`${key}/A`)).toBe(1)
+      expect(await effects(`${key}/B`)).toBe(0)
+    })
+
+    it('one resource with a percent-encoded parameter is the same request: replayed, run once', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const plain = await transfer('A', key, body)
+      const encoded = await transfer('%41', key, body)
+      expect(plain.status).toBe(201)
+      expect(encoded.status).toBe(201)
+      expect(encoded.headers.get('idempotent-replayed')).toBe('true')
+      expect(encoded.body.equals(plain.body)).toBe(true)
+      expect(await effects(`${key}/A`)).toBe(1)
+    })
+
+    it('a percent-encoded spelling of a path the router matches to the same route: one operation, run once', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const plain = await send(app, '/v1/orders', key, body)
+      expect(plain.status).toBe(201)
+      const encoded = await send(app, '/v1/%6Frders', key, body)
+      if (name === 'express') {
+        // Express matches routes on the path as sent: the encoded spelling is no route of this app.
+        expect(encoded.status).toBe(404)
+      } else {
+        expect(encoded.status).toBe(201)
+        expect(encoded.headers.get('idempotent-replayed')).toBe('true')
+        expect(encoded.body.equals(plain.body)).toBe(true)
+      }
+      expect(await effects(`${key}/orders`)).toBe(1)
+      expect(await keyRows(key)).toBe(1)
+    })
+  })
+
   describe('crashes and a store that fails', () => {
     /** An app whose engine throws once at `step`, as a process that crashed there would stop. */
     async function crashingOnce(step: 'beforeCommit' | 'afterCommit', leaseMs?: number) {

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { type ServerType, serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
-import { Hono } from 'hono'
+import { type Context, Hono } from 'hono'
 import type pg from 'pg'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency as expressIdempotency } from '../../src/express/index.js'
@@ -85,6 +85,19 @@ async function createPayment(
   }
 }
 
+/**
+ * A transfer out of `account` (a path parameter): the effect is booked for the cart and the account, so a transfer
+ * that ran for the wrong account shows up under the other's name.
+ */
+async function transfer(ctx: ExecutionContext, tenant: string, account: string, body: PaymentBody) {
+  await ctx.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3)', [
+    tenant,
+    `${body.cart}/${account}`,
+    body.amount,
+  ])
+  return { status: 201, body: { account, cart: body.cart } }
+}
+
 async function slow(ctx: ExecutionContext, tenant: string, body: PaymentBody, gate?: () => Promise<void>) {
   await ctx.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3)', [
     tenant,
@@ -148,6 +161,27 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     await request.idempotency?.tx.query('SELECT 1')
     return { ok: true, keyed: request.idempotency !== null }
   })
+  app.post<{ Body: PaymentBody; Params: { account: string } }, { idempotency: true }>(
+    '/v1/accounts/:account/transfers',
+    { config: { idempotency: true } },
+    async (request, reply) => {
+      const result = await transfer(
+        request.idempotency,
+        tenant(request),
+        request.params.account,
+        request.body,
+      )
+      return reply.code(result.status).send(result.body)
+    },
+  )
+  app.post<{ Body: PaymentBody }, { idempotency: true }>(
+    '/v1/orders',
+    { config: { idempotency: true } },
+    async (request, reply) => {
+      const result = await transfer(request.idempotency, tenant(request), 'orders', request.body)
+      return reply.code(result.status).send(result.body)
+    },
+  )
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, events, errors, close: () => app.close() }
@@ -189,6 +223,20 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     idempotent(NOTES, async (req, res) => {
       await req.idempotency?.tx.query('SELECT 1')
       res.json({ ok: true, keyed: req.idempotency !== null })
+    }),
+  )
+  app.post(
+    '/v1/accounts/:account/transfers',
+    idempotent(async (req, res) => {
+      const result = await transfer(req.idempotency, tenant(req), String(req.params.account), req.body)
+      res.status(result.status).json(result.body)
+    }),
+  )
+  app.post(
+    '/v1/orders',
+    idempotent(async (req, res) => {
+      const result = await transfer(req.idempotency, tenant(req), 'orders', req.body)
+      res.status(result.status).json(result.body)
     }),
   )
   // Express's default error handler prints the stack; an error page with the status is all the tests need.
@@ -233,8 +281,23 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
     await idempotency?.tx.query('SELECT 1')
     return Response.json({ ok: true, keyed: idempotency !== null })
   })
+  // With `route`, the template names the operation; without it, the request's path does (as Hono matched it).
+  const transfers = idempotent(
+    { route: '/v1/accounts/:account/transfers' },
+    async (_request, { body, idempotency }, c) => {
+      const account = (c as unknown as Context).req.param('account') as string
+      const result = await transfer(idempotency, c.get('tenant'), account, body as PaymentBody)
+      return Response.json(result.body, { status: result.status })
+    },
+  )
+  const orders = idempotent(async (_request, { body, idempotency }, c) => {
+    const result = await transfer(idempotency, c.get('tenant'), 'orders', body as PaymentBody)
+    return Response.json(result.body, { status: result.status })
+  })
   app.post('/v1/payments', (c) => payments(c.req.raw, c))
   app.post('/v1/notes', (c) => notes(c.req.raw, c))
+  app.post('/v1/accounts/:account/transfers', (c) => transfers(c.req.raw, c))
+  app.post('/v1/orders', (c) => orders(c.req.raw, c))
   app.onError((error, c) =>
     c.json({ error: 'failed' }, ((error as { statusCode?: number }).statusCode ?? 500) as 500),
   )
