@@ -8,6 +8,7 @@ import {
   problemAnswer,
   type ResponseWriter,
   resetHandlerHeaders,
+  snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
@@ -65,6 +66,7 @@ const writer: ResponseWriter<ServerResponse> = {
   },
   setHeader: (res, name, value) => res.setHeader(name, value),
   removeHeader: (res, name) => res.removeHeader(name),
+  headers: (res) => res.getHeaders(),
 }
 
 /**
@@ -127,13 +129,13 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
         restore()
         ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
           this,
-          answer.own ? body : writeReplacement(writer, this, answer),
+          answer.own ? body : writeReplacement(writer, this, answer, held.headersBefore),
           callback,
         )
       },
       (error) => {
         restore()
-        resetHandlerHeaders(writer, this)
+        resetHandlerHeaders(writer, this, held.headersBefore)
         fail(error)
       },
     )
@@ -176,8 +178,9 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       const request = req as IdempotentRequest<ExecutionContext | null>
       request.idempotency = null
       if (isSafeMethod(req.method)) return handler(request, res, next)
+      const held = new HeldResponse(() => snapshotHeaders(writer, res))
       const answer = (value: Answer) => {
-        if (!value.own) res.end(writeReplacement(writer, res, value))
+        if (!value.own) res.end(writeReplacement(writer, res, value, held.headersBefore))
       }
       const header = (name: string) => req.headers[name]
       // Refused before the body is read to its end: the answer must reach a client still sending it.
@@ -201,7 +204,6 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         return answer(misconfiguredAnswer('This route is not set up correctly.'))
       }
 
-      const held = new HeldResponse()
       let verdict: Verdict | undefined
       try {
         verdict = await core.handle(route, {
@@ -229,6 +231,8 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
           },
         })
       } catch (error) {
+        // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
+        if (held.headersBefore) resetHandlerHeaders(writer, res, held.headersBefore)
         return next(error)
       }
       if (verdict === undefined) return

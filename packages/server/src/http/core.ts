@@ -1,7 +1,7 @@
 import { parseIdempotencyKey, problem } from '@oncely/protocol'
 import type { Engine, ExecuteInput, ExecutionContext, HandlerResponse, Outcome } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
-import { type Answer, answerFor, misconfiguredAnswer, problemAnswer } from './answer.js'
+import { type Answer, answerFor, type HeaderSnapshot, misconfiguredAnswer, problemAnswer } from './answer.js'
 import type { AdapterLogger, ResolvedRoute } from './options.js'
 import { fingerprintOf, type HeaderReader, storedRequestHeaders } from './request.js'
 
@@ -175,6 +175,14 @@ export class HeldResponse {
   /** Created when the handler runs (a replay, a 409 or a 422 never needs them). */
   captured!: Deferred<HandlerResponse>
   decision!: Deferred<Answer>
+  /**
+   * The response's headers when the handler started (`undefined` until it runs): what an answer that replaces the
+   * handler's response gives back, so none of the handler's own headers go out with it.
+   */
+  headersBefore: HeaderSnapshot | undefined
+
+  /** @param snapshot takes the response's headers as they are now (see `snapshotHeaders`). */
+  constructor(private readonly snapshot: () => HeaderSnapshot) {}
 
   /**
    * Runs the handler and resolves with its response once it sent one. A handler may resolve before it sends (a
@@ -184,6 +192,7 @@ export class HeldResponse {
   async run(invoke: () => unknown, returned?: (value: unknown) => void): Promise<HandlerResponse> {
     this.captured = deferred()
     this.decision = deferred()
+    this.headersBefore = this.snapshot()
     this.capturing = true
     const done = Promise.resolve(invoke()).then((value) => ({ value }))
     done.catch(() => {})
