@@ -21,6 +21,7 @@ import {
   type StandaloneAdapterOptions,
 } from '../http/options.js'
 import {
+  announcesBody,
   DEFAULT_MAX_BODY_BYTES,
   decodePath,
   headerProblem,
@@ -30,6 +31,7 @@ import {
 } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
+const NO_BYTES = Buffer.alloc(0)
 
 /** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
 export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
@@ -151,8 +153,9 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
  * to `next`) and can roll back the handler's writes; a middleware would only see the error page your error
  * handler renders.
  *
- * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only (a
- * body it already parsed is used as parsed, without the strict checks).
+ * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only. A
+ * request whose body another parser already read is refused (500 problem+json; the log says how to fix it, once
+ * per route), since its bytes can no longer be checked or fingerprinted.
  *
  * @example
  * const idempotent = idempotency({ engine, tenant: (req) => req.get('x-tenant') ?? '' })
@@ -173,6 +176,8 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   ): RequestHandler {
     const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+    // Set at the first request whose body another parser read, so that the log says it once per route.
+    let parsedBefore = false
 
     return async function idempotentRoute(req: Request, res: Response, next: NextFunction) {
       const request = req as IdempotentRequest<ExecutionContext | null>
@@ -186,15 +191,27 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       // Refused before the body is read to its end: the answer must reach a client still sending it.
       const early = headerProblem(header, limit)
       if (early) return sendRefusal(req, res, problemAnswer(early))
-      let body: unknown = req.body
+      let bytes: Buffer = NO_BYTES
       if (!(req as IncomingMessage).readableEnded) {
         const read = await readNodeBody(req, limit)
         if (!read.ok) return sendRefusal(req, res, problemAnswer(read.problem))
-        const parsed = parseBody(read.bytes, header)
-        if (!parsed.ok) return answer(problemAnswer(parsed.problem))
-        body = parsed.body
-        req.body = body
+        bytes = read.bytes
+      } else if (announcesBody(header)) {
+        // Another parser (express.json()) read the body: its bytes are gone, and with them the strict checks.
+        if (!parsedBefore) {
+          parsedBefore = true
+          log.error(
+            {},
+            `oncely: the body of ${req.method} ${req.baseUrl}${String(req.route?.path ?? req.path)} was read by another body parser (express.json()?) before idempotent() could parse it, so its duplicate member names, integers beyond 2^53 and bytes that are not UTF-8 would pass unchecked and its fingerprint would not be the request's; every such request is refused. idempotent() reads and parses the JSON body itself: mount body parsers after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
+          )
+        }
+        return answer(misconfiguredAnswer('This route is not set up correctly.'))
       }
+      // An empty body with a JSON content type is 400, as without a parser in front (express.json() makes it {}).
+      const parsed = parseBody(bytes, header)
+      if (!parsed.ok) return answer(problemAnswer(parsed.problem))
+      const { body } = parsed
+      req.body = body
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       if (template === undefined && route.operation === undefined) {
         log.error(
