@@ -19,6 +19,7 @@ import {
   headerProblem,
   isSafeMethod,
   parseBody,
+  parseBodyText,
   payloadTooLarge,
 } from '../http/request.js'
 
@@ -102,6 +103,32 @@ async function readBody(
   return parseBody(Buffer.concat(chunks, size), header)
 }
 
+/** Hono's request (`c.req`), as far as the adapter reads it: the raw Request, and the body it cached once read. */
+interface HonoRequestLike {
+  raw: Request
+  bodyCache: { arrayBuffer?: Promise<ArrayBuffer>; blob?: Promise<Blob>; text?: Promise<string> }
+}
+
+/**
+ * The body Hono read before the handler (its `validator('json')`, `c.req.json()`, `c.req.arrayBuffer()`), from the
+ * cache on Hono's request, found through the context passed after the `Request`: the bytes when Hono kept them, else
+ * the text it decoded. `undefined` when nothing there holds it.
+ */
+async function cachedBody(
+  request: Request,
+  args: readonly unknown[],
+): Promise<{ bytes: Uint8Array } | { text: string } | undefined> {
+  for (const arg of args) {
+    const req = (arg as { req?: Partial<HonoRequestLike> } | null | undefined)?.req
+    if (req?.raw !== request || typeof req.bodyCache !== 'object' || req.bodyCache === null) continue
+    const cache = req.bodyCache
+    if (cache.arrayBuffer) return { bytes: new Uint8Array(await cache.arrayBuffer) }
+    if (cache.blob) return { bytes: new Uint8Array(await (await cache.blob).arrayBuffer()) }
+    if (cache.text) return { text: await cache.text }
+  }
+  return undefined
+}
+
 function queryOf(url: URL): Record<string, unknown> {
   const query: Record<string, unknown> = {}
   for (const name of new Set(url.searchParams.keys())) {
@@ -180,14 +207,22 @@ export function idempotency<Args extends unknown[] = []>(
         const reader = request.body !== null && !request.bodyUsed ? request.body.getReader() : undefined
         return refusalResponse(early, reader && (() => reader.read()))
       }
+      let read: BodyResult | TooLarge
       if (request.bodyUsed) {
-        log.error(
-          {},
-          `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it in middleware; the handler gets it parsed as \`body\`.`,
-        )
-        return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+        const cached = await cachedBody(request, args)
+        if (cached === undefined) {
+          log.error(
+            {},
+            `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it off the Request in middleware; the handler gets it parsed as \`body\`. On Hono, read it through c.req (validator('json'), c.req.json(), c.req.arrayBuffer()), which caches it, and pass the context on: \`(c) => handler(c.req.raw, c)\`.`,
+          )
+          return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+        }
+        const size = 'bytes' in cached ? cached.bytes.byteLength : Buffer.byteLength(cached.text)
+        if (size > limit) return toResponse(problemAnswer(payloadTooLarge()))
+        read = 'bytes' in cached ? parseBody(cached.bytes, header) : parseBodyText(cached.text, header)
+      } else {
+        read = await readBody(request.body?.getReader(), limit, header)
       }
-      const read = await readBody(request.body?.getReader(), limit, header)
       if (!read.ok) {
         return 'tooLarge' in read
           ? refusalResponse(payloadTooLarge(), read.rest)

@@ -78,6 +78,14 @@ export function parseBody(bytes: Uint8Array, header: HeaderReader): BodyResult {
       problem: problem('invalid_json', 'The body is not valid UTF-8; JSON text must be UTF-8.'),
     }
   }
+  return parseBodyText(text, header)
+}
+
+/**
+ * {@link parseBody} for a body a framework already read and decoded to text (Hono's cached body): the same strict
+ * checks, but for the UTF-8 one, which the decoding made for it (leniently, as the framework's own readers see it).
+ */
+export function parseBodyText(text: string, header: HeaderReader): BodyResult {
   if (text.length === 0) {
     if (mediaType(header) !== 'application/json') return { ok: true, body: undefined }
     return { ok: false, problem: problem('invalid_json', 'The body is empty; send a JSON value.') }
