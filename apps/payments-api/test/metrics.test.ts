@@ -56,7 +56,11 @@ it('can be turned off', async () => {
   const app = await buildApp({ pool: db.pool, webRoot: false, metrics: false })
   try {
     // A path no route matches needs credentials like any other, so ask with them: there is no such route.
-    const res = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: 'Bearer acme' } })
+    const res = await app.inject({
+      method: 'GET',
+      url: '/metrics',
+      headers: { authorization: 'Bearer acme' },
+    })
     expect(res.statusCode).toBe(404)
   } finally {
     await app.close()
