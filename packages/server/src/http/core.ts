@@ -2,7 +2,7 @@ import { parseIdempotencyKey, problem } from '@oncely/protocol'
 import { recordIdProblem } from '../engine/options.js'
 import type { Engine, ExecuteInput, ExecutionContext, HandlerResponse, Outcome } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
-import { type Answer, answerFor, misconfiguredAnswer, problemAnswer } from './answer.js'
+import { type Answer, answerFor, type HeaderSnapshot, misconfiguredAnswer, problemAnswer } from './answer.js'
 import type { AdapterLogger, ResolvedRoute } from './options.js'
 import { fingerprintOf, type HeaderReader, storedRequestHeaders } from './request.js'
 
@@ -12,6 +12,11 @@ export interface Exchange {
   method: string
   /** The route template, such as `/v1/orders/:id`. */
   route: string
+  /**
+   * The request's path, decoded as the router matched it (see `decodePath`), with its parameter values, such as
+   * `/v1/orders/42`: part of the fingerprint, so the same key on another resource is a mismatch.
+   */
+  path: string
   header: HeaderReader
   /** The strictly parsed JSON body, `undefined` without one. */
   body: unknown
@@ -131,7 +136,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
       scope,
       operation,
       key,
-      fingerprint: fingerprintOf(route, exchange.method, exchange.route, exchange.body, exchange.query),
+      fingerprint: fingerprintOf(route, exchange, exchange.query),
       handler: async (ctx) => {
         const response = await exchange.run(ctx)
         responded = true
@@ -214,6 +219,14 @@ export class HeldResponse {
   /** Created when the handler runs (a replay, a 409 or a 422 never needs them). */
   captured!: Deferred<HandlerResponse>
   decision!: Deferred<Answer>
+  /**
+   * The response's headers when the handler started (`undefined` until it runs): what an answer that replaces the
+   * handler's response gives back, so none of the handler's own headers go out with it.
+   */
+  headersBefore: HeaderSnapshot | undefined
+
+  /** @param snapshot takes the response's headers as they are now (see `snapshotHeaders`). */
+  constructor(private readonly snapshot: () => HeaderSnapshot) {}
 
   /**
    * Runs the handler and resolves with its response once it sent one. A handler may resolve before it sends (a
@@ -223,6 +236,7 @@ export class HeldResponse {
   async run(invoke: () => unknown, returned?: (value: unknown) => void): Promise<HandlerResponse> {
     this.captured = deferred()
     this.decision = deferred()
+    this.headersBefore = this.snapshot()
     this.capturing = true
     const done = Promise.resolve(invoke()).then((value) => ({ value }))
     done.catch(() => {})
