@@ -1,7 +1,7 @@
 import { ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
 import pRetry, { AbortError } from 'p-retry'
 import { type RetryPolicy, retryDelay } from './backoff.js'
-import { RETRY_STATUSES } from './classify.js'
+import { isRetryableAnswer } from './classify.js'
 import type { Emitter } from './emitter.js'
 import { type HTTPError, isHTTPError } from './errors/http-error.js'
 import { IntentExpiredError } from './errors/intent-expired-error.js'
@@ -97,7 +97,7 @@ export async function drive(
       if (response.status < 400) return response
       lastResponse = response
       const error = httpErrorFor(response.status, response.headers, response.text)
-      if (!RETRY_STATUSES.has(response.status)) return halt(error)
+      if (!isRetryableAnswer(response.status, isReplayed(response.headers), error.problem)) return halt(error)
       throw error
     }
     const raw = await pRetry(

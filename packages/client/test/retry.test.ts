@@ -216,6 +216,66 @@ describe('retry rules', () => {
     expect(seen).toHaveLength(4) // waits of 999 ms: 3 fit in 3500 ms, the 4th would not
   })
 
+  it.each([408, 409, 429, 503, 500])(
+    'never retries a replayed %i: the stored outcome of the key is final',
+    async (status) => {
+      serve(() =>
+        HttpResponse.json(
+          { title: 'stored', status },
+          { status, headers: { 'idempotent-replayed': 'true', 'retry-after': '1' } },
+        ),
+      )
+      const { client: c, store } = client()
+      const error = errorOf(await runToEnd(pay(c, { intentId: `order:${status}` })))
+      expect(error).toBeInstanceOf(HTTPError)
+      expect(error).toMatchObject({ status })
+      expect(seen).toHaveLength(1)
+      expect(await c.pending()).toEqual([])
+      const [record] = await store.list()
+      expect(record).toMatchObject({ state: 'failed', outcome: { status, replayed: true } })
+    },
+  )
+
+  it('never retries response_too_large: the handler would run again', async () => {
+    serve(() =>
+      HttpResponse.json(
+        {
+          type: 'urn:oncely:problem:response_too_large',
+          title: 'Response is too large to be stored for replay',
+          status: 500,
+          code: 'response_too_large',
+        },
+        { status: 500, headers: { 'content-type': 'application/problem+json' } },
+      ),
+    )
+    const { client: c } = client()
+    const error = errorOf(await runToEnd(pay(c)))
+    expect(error).toBeInstanceOf(HTTPError)
+    expect(error).toMatchObject({ status: 500, problem: { code: 'response_too_large' } })
+    expect(seen).toHaveLength(1)
+    expect(await c.pending()).toEqual([])
+  })
+
+  it('retries lease_expired like any 503, waiting its Retry-After', async () => {
+    serve((n) =>
+      n === 1
+        ? HttpResponse.json(
+            {
+              type: 'urn:oncely:problem:lease_expired',
+              title: 'The attempt lost its lease before it finished',
+              status: 503,
+              code: 'lease_expired',
+            },
+            { status: 503, headers: { 'retry-after': '2', 'content-type': 'application/problem+json' } },
+          )
+        : HttpResponse.json({ id: 'pay_1' }, { status: 201 }),
+    )
+    const { client: c, retries } = client()
+    const outcome = await runToEnd(pay(c))
+    expect(outcome).toMatchObject({ ok: true, value: { status: 201, attempts: 2 } })
+    expect(retries).toMatchObject([{ delayMs: 2000, retryAfter: true, reason: 'status 503' }])
+  })
+
   it('an abort cancels the wait, rejects with the reason, and leaves the intent pending for resume()', async () => {
     serve((n) =>
       n === 1
