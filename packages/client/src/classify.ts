@@ -7,6 +7,13 @@ export const RETRY_STATUSES: ReadonlySet<number> = new Set([408, 409, 429, 500, 
 /** Statuses whose `Retry-After` is honoured. */
 export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([409, 429, 503])
 
+/**
+ * A `Retry-After` at least this long paces the retry itself, so the retry does not count against `retry.limit`
+ * (only `retry.maxElapsedMs` bounds it); a shorter one counts, so a server answering `Retry-After: 0` cannot make
+ * the client loop without bound.
+ */
+export const PACED_MIN_MS = 1000
+
 // Problem types that a resend cannot help, whatever their status: the server ran the handler and could not store
 // its response, so a resend runs the handler (and its side effects) again.
 const PERMANENT_PROBLEMS: ReadonlySet<string> = new Set([problemType('response_too_large')])

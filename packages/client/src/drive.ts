@@ -1,7 +1,7 @@
 import { ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
 import pRetry, { AbortError } from 'p-retry'
 import { type RetryPolicy, retryDelay } from './backoff.js'
-import { isRetryableAnswer } from './classify.js'
+import { isRetryableAnswer, PACED_MIN_MS } from './classify.js'
 import type { Emitter } from './emitter.js'
 import { type HTTPError, isHTTPError } from './errors/http-error.js'
 import { IntentExpiredError } from './errors/intent-expired-error.js'
@@ -100,6 +100,11 @@ export async function drive(
       if (!isRetryableAnswer(response.status, isReplayed(response.headers), error.problem)) return halt(error)
       throw error
     }
+    // Whether the retry being scheduled waits a Retry-After the server asked for: such a retry is paced by the
+    // server and does not count against retry.limit (p-retry's retriesConsumed counts only the others), while
+    // retry.maxElapsedMs bounds every wait. So a duplicate of a long request keeps asking while the server says it
+    // is in flight, and a client's own backoff still stops after retry.limit.
+    let paced = false
     const raw = await pRetry(
       // Only a network error or a retryable status is retried; anything else (the store failing, the `headers`
       // option throwing, an abort, a final status) ends the run.
@@ -109,16 +114,17 @@ export async function drive(
           return halt(error)
         }),
       {
-        retries: ctx.retry.limit,
+        // Counted here instead (see `paced`): p-retry refuses any retry, consumed or not, once `retries` is spent.
+        retries: Number.POSITIVE_INFINITY,
         minTimeout: 0,
         maxTimeout: 0,
         ...(signal ? { signal } : {}),
-        onFailedAttempt: async ({ error, retriesLeft, retriesConsumed }) => {
+        shouldConsumeRetry: () => !paced,
+        onFailedAttempt: async ({ error, retriesConsumed }) => {
           errors.push(error)
           await save({ lastError: summarize(error) })
           const exhausted = (reason: string) =>
             new RetryExhaustedError({ intentId: record.id, key: record.key, errors, reason })
-          if (retriesLeft === 0) throw exhausted(`retry.limit of ${ctx.retry.limit} reached`)
           const now = ctx.timers.now()
           const wait = retryDelay(
             ctx.retry,
@@ -127,6 +133,10 @@ export async function drive(
             now,
             isHTTPError(error) ? lastResponse : undefined,
           )
+          paced = wait.retryAfter && wait.delayMs >= PACED_MIN_MS
+          if (!paced && retriesConsumed >= ctx.retry.limit) {
+            throw exhausted(`retry.limit of ${ctx.retry.limit} reached`)
+          }
           if (now - started + wait.delayMs > ctx.retry.maxElapsedMs) {
             throw exhausted(`retry.maxElapsedMs of ${ctx.retry.maxElapsedMs} ms reached`)
           }
