@@ -257,7 +257,8 @@ async function driveNamed(
           existing.state === 'expired' ||
           (existing.keepUntil ?? 0) > record.createdAt)
       if (existing && live) {
-        if (existing.state === 'failed' && options.retryFailed) {
+        // Not after a 422: that key was used with other bytes, whose outcome (perhaps a success) is unknown here.
+        if (existing.state === 'failed' && options.retryFailed && existing.outcome?.status !== 422) {
           return walk(await writeTry((existing.try ?? 0) + 1, existing), true)
         }
         if (!sameRequest(existing, record)) throw reusedLocally(existing)

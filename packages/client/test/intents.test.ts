@@ -204,6 +204,26 @@ describe('intentId', () => {
     )
   })
 
+  it('retryFailed never starts a new try after a 422: the other bytes may have succeeded', async () => {
+    server.use(
+      http.post(`${BASE}/v1/reused`, ({ request }) => {
+        seen.push({
+          key: request.headers.get('idempotency-key'),
+          headers: request.headers,
+          body: '',
+          raw: [],
+        })
+        return HttpResponse.json({ title: 'reused', status: 422 }, { status: 422 })
+      }),
+    )
+    const client = make()
+    const call = () =>
+      client.request({ path: '/v1/reused', json: { card: 'b' }, intentId: 'order:11', retryFailed: true })
+    await expect(call()).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    await expect(call()).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    expect(seen).toHaveLength(1)
+  })
+
   it('resumes intents left by a previous run when created with resumeOnStart', async () => {
     const store = memoryStore()
     await store.set({
