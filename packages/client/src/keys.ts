@@ -1,4 +1,4 @@
-import { v5 } from 'uuid'
+import { uuidV5 } from './sha1.js'
 
 // Fixed namespace for derived keys, so the same intent gives the same key in every runtime and release.
 const NAMESPACE = '0b3c8f2e-5a1d-4e6b-9c7f-2d4a6e8b1c3f'
@@ -29,5 +29,5 @@ export function randomKey(): string {
  */
 export function deriveKey(intentId: string, method: string, url: string, tryNumber = 0): string {
   const name = `${intentId}\n${method}\n${url}`
-  return v5(tryNumber === 0 ? name : `${name}\n${tryNumber}`, NAMESPACE)
+  return uuidV5(tryNumber === 0 ? name : `${name}\n${tryNumber}`, NAMESPACE)
 }
