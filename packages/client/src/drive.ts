@@ -2,6 +2,7 @@ import { ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
 import pRetry, { AbortError } from 'p-retry'
 import { type RetryPolicy, retryDelay } from './backoff.js'
 import { isRetryableAnswer, PACED_MIN_MS } from './classify.js'
+import { diagnoseNetworkError, hiddenHeaderError } from './cors.js'
 import type { Emitter } from './emitter.js'
 import { type HTTPError, isHTTPError } from './errors/http-error.js'
 import { IntentExpiredError } from './errors/intent-expired-error.js'
@@ -64,6 +65,8 @@ export async function drive(
   let lastResponse: RawResponse | undefined
   // p-retry rethrows an AbortError's message wrapper; the real reason to stop travels here.
   let stop: { error: unknown } | undefined
+  // Set once a look at a failed cross-origin attempt found its headers allowed by CORS: no need to look again.
+  let preflightAllowed = false
   const halt = (error: unknown): never => {
     stop = { error }
     throw new AbortError('stop')
@@ -93,10 +96,20 @@ export async function drive(
         timeoutMs: ctx.timeoutMs,
         signal,
         timers: ctx.timers,
+      }).catch(async (error: unknown) => {
+        // A browser reports a CORS refusal as a network error: look closer before retrying it (see cors.ts).
+        if (isNetworkError(error) && !preflightAllowed) {
+          const found = await diagnoseNetworkError(record, headers, error, ctx)
+          if (found === 'allowed') preflightAllowed = true
+          else if (found) halt(found)
+        }
+        throw error
       })
       if (response.status < 400) return response
       lastResponse = response
       const error = httpErrorFor(response.status, response.headers, response.text)
+      const hidden = hiddenHeaderError(record, response, error.problem)
+      if (hidden) halt(hidden)
       if (!isRetryableAnswer(response.status, isReplayed(response.headers), error.problem)) return halt(error)
       throw error
     }
