@@ -379,6 +379,14 @@ function PayMutations() {
   )
 }
 
+/** Puts the payments that resume() finishes into the mutation cache under `['pay']`. */
+function DeliverResumed() {
+  useResumedMutations(useQueryClient(), (intent) =>
+    new URL(intent.url).pathname === '/v1/payments' ? ['pay'] : undefined,
+  )
+  return null
+}
+
 describe('TanStack Query shows oncely’s work', () => {
   it('failureCount and failureReason follow oncely’s retries while the mutation is pending, on one key', async () => {
     const drop = { on: true }
@@ -413,16 +421,10 @@ describe('TanStack Query shows oncely’s work', () => {
     const queryClient = new QueryClient({
       mutationCache: new MutationCache({ onSuccess: (data) => void settled.push(data) }),
     })
-    function Deliver() {
-      useResumedMutations(useQueryClient(), (intent) =>
-        new URL(intent.url).pathname === '/v1/payments' ? ['pay'] : undefined,
-      )
-      return null
-    }
     const view = render(
       <QueryClientProvider client={queryClient}>
         <OncelyProvider client={second}>
-          <Deliver />
+          <DeliverResumed />
           <PayMutations />
         </OncelyProvider>
       </QueryClientProvider>,
