@@ -1,16 +1,23 @@
 import type pg from 'pg'
+import type { Database } from './store/database.js'
 
 /** What {@link insertOrExisting} found. */
 export type BackstopResult<T> = { created: true; value: T } | { created: false; value: T }
 
 /** Options of {@link insertOrExisting}. */
-export interface BackstopOptions<T> {
+export interface BackstopOptions<T, Tx = pg.PoolClient> {
   /** The name of the business unique constraint (or unique index) that identifies the intent, such as `payments_cart_id_key`. */
   constraint: string
   /** The insert. Runs inside a savepoint so a unique violation does not abort the surrounding transaction. */
-  insert: (tx: pg.PoolClient) => Promise<T>
+  insert: (tx: Tx) => Promise<T>
   /** Reads the row that already exists; called only after a unique violation on `constraint`. */
-  existing: (tx: pg.PoolClient) => Promise<T>
+  existing: (tx: Tx) => Promise<T>
+  /**
+   * The datasource `tx` belongs to, when it is not a node-postgres client: the savepoint is then taken through that
+   * library, in `tx`'s transaction.
+   * @default none: `tx` is a pg client
+   */
+  database?: Database<Tx>
 }
 
 function isUniqueViolation(error: unknown, constraint: string): boolean {
@@ -32,20 +39,25 @@ function isUniqueViolation(error: unknown, constraint: string): boolean {
  * })
  * return { status: created ? 201 : 200, body: payment }
  */
-export async function insertOrExisting<T>(
-  tx: pg.PoolClient,
-  options: BackstopOptions<T>,
+export async function insertOrExisting<T, Tx = pg.PoolClient>(
+  tx: Tx,
+  options: BackstopOptions<T, Tx>,
 ): Promise<BackstopResult<T>> {
   if (typeof options?.constraint !== 'string' || options.constraint === '') {
     throw new TypeError('Expected `constraint` to be the name of a unique constraint.')
   }
-  await tx.query('SAVEPOINT oncely_backstop')
+  const { database } = options
+  const run = async (text: string) => {
+    if (database) await database.execute(tx, { text, values: [] })
+    else await (tx as pg.ClientBase).query(text)
+  }
+  await run('SAVEPOINT oncely_backstop')
   try {
     const value = await options.insert(tx)
-    await tx.query('RELEASE SAVEPOINT oncely_backstop')
+    await run('RELEASE SAVEPOINT oncely_backstop')
     return { created: true, value }
   } catch (error) {
-    await tx.query('ROLLBACK TO SAVEPOINT oncely_backstop')
+    await run('ROLLBACK TO SAVEPOINT oncely_backstop')
     if (!isUniqueViolation(error, options.constraint)) throw error
     return { created: false, value: await options.existing(tx) }
   }

@@ -3,6 +3,8 @@ export type { FingerprintInput } from '@oncely/protocol'
 export { requestFingerprint } from '@oncely/protocol'
 export type { BackstopOptions, BackstopResult } from './backstop.js'
 export { insertOrExisting } from './backstop.js'
+export type { NodePostgresOptions } from './datasources/node-postgres.js'
+export { nodePostgres } from './datasources/node-postgres.js'
 export { defaultClassify, defaultRenderError } from './engine/classify.js'
 export { createEngine, stepKeyFor } from './engine/engine.js'
 export type { ReplayCacheOptions } from './engine/replay-cache.js'
@@ -29,7 +31,13 @@ export {
 } from './errors.js'
 export type { CorsHeaderOptions, CorsHeaders } from './http/cors.js'
 export { corsHeaders } from './http/cors.js'
+export type { Database, Rows, Session, Statement, Step } from './store/database.js'
 export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'
 export { DEFAULT_SCHEMA, DEFAULT_TABLE, migrate, migrations, renderMigrations } from './store/migrations.js'
-export type { PostgresStore, PostgresStoreOptions } from './store/postgres-store.js'
+export type {
+  DatabaseStoreOptions,
+  PoolStoreOptions,
+  PostgresStore,
+  PostgresStoreOptions,
+} from './store/postgres-store.js'
 export { postgresStore } from './store/postgres-store.js'

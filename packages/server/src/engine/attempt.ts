@@ -6,11 +6,11 @@
 // after the handler (the release, a stored failure, the inspection after losing its key) goes on that connection
 // once its transaction ended, or, when that connection broke, only after giving it back. Asking the pool for a
 // second connection while holding one hangs the process as soon as pool-size attempts do it at once.
-import type pg from 'pg'
 import { ResponseTooLargeError } from '../errors.js'
-import { STORE_POOL } from '../hooks.js'
+import { STORE_DATABASE } from '../hooks.js'
+import type { Database, Session } from '../store/database.js'
 import { isLeaseLost } from '../store/queries.js'
-import type { Claim, Connection, Inspection, ReservationProtocol } from '../store/reservation.js'
+import type { Claim, Exec, Inspection, ReservationProtocol } from '../store/reservation.js'
 import { defaultClassify, defaultRenderError, isRetryableResponse } from './classify.js'
 import type { EngineHooks } from './faults.js'
 import { LazyAbort } from './lazy-abort.js'
@@ -32,14 +32,17 @@ export const sentNow = (): Sent => ({ at: performance.now(), wall: Date.now() })
 /** The `Retry-After` of an attempt that lost its lease: nothing holds the key for it any more. */
 const LEASE_EXPIRED_RETRY_AFTER_MS = 1_000
 
+/** What the keep-alive sends on a live attempt's transaction. */
+const KEEP_ALIVE = { text: 'SELECT 1', values: [] }
+
 const UNKNOWN_HOLDER: Inspection = { kind: 'busy', heldForMs: null, leaseRemainingMs: null }
 
 /** What every attempt of one engine shares. */
-export interface AttemptEnvironment {
+export interface AttemptEnvironment<Tx> {
   readonly config: ResolvedOptions
-  readonly hooks: EngineHooks
-  /** The store's pool: only for a statement after the attempt gave its broken connection back. */
-  readonly pool: pg.Pool
+  readonly hooks: EngineHooks<Tx>
+  /** The store's datasource: for a statement after the attempt gave its broken connection back. */
+  readonly database: Database<Tx>
   readonly cache: ReplayCache | undefined
   readonly durations: Durations
   /** The engine's event sink, or undefined while nobody listens. */
@@ -58,9 +61,9 @@ export interface AttemptEnvironment {
 }
 
 /** Runs one attempt on a claimed key to its outcome; see the file's header. Create one per claim. */
-export class Attempt<C extends Claim> {
-  readonly #env: AttemptEnvironment
-  readonly #input: ExecuteInput
+export class Attempt<Tx, C extends Claim<Tx>> {
+  readonly #env: AttemptEnvironment<Tx>
+  readonly #input: ExecuteInput<Tx>
   readonly #protocol: ReservationProtocol<C>
   readonly #claim: C
   readonly #sent: Sent
@@ -69,8 +72,8 @@ export class Attempt<C extends Claim> {
   readonly #started = Date.now()
   /** Whether the attempt ran without a key record (`failOpen`). */
   readonly #failedOpen: boolean
-  /** The claim's client, until the attempt gives it back. */
-  #client: pg.PoolClient | undefined
+  /** The claim's session, until the attempt gives it back. */
+  #session: Session<Tx> | undefined
   /** Whether the business transaction on the client is still open. */
   #open = true
   /** Why the client's connection broke (the first error says why; the socket's close follows it). */
@@ -86,8 +89,8 @@ export class Attempt<C extends Claim> {
   #stalled = false
 
   constructor(
-    env: AttemptEnvironment,
-    input: ExecuteInput,
+    env: AttemptEnvironment<Tx>,
+    input: ExecuteInput<Tx>,
     protocol: ReservationProtocol<C>,
     claim: C,
     sent: Sent,
@@ -99,7 +102,7 @@ export class Attempt<C extends Claim> {
     this.#claim = claim
     this.#sent = sent
     this.#id = claim.request.id
-    this.#client = claim.client
+    this.#session = claim.session
     this.#failedOpen = failedOpen
     this.#beat = sent.wall
   }
@@ -110,7 +113,7 @@ export class Attempt<C extends Claim> {
     if (replaced === 'expired') emit?.({ type: 'expired', ...this.#id })
     else if (replaced === 'takeover') emit?.({ type: 'takeover', attempt, ...this.#id })
     if (!this.#failedOpen) emit?.({ type: 'reserved', attempt, ...this.#id })
-    this.#claim.client.on('error', this.#onClientError)
+    this.#claim.session.onBroken(this.#onBroken)
     this.#scheduleKeepAlive()
     let abandoned: Error | undefined
     try {
@@ -131,8 +134,8 @@ export class Attempt<C extends Claim> {
   async #execute(): Promise<Outcome> {
     const { hooks, config } = this.#env
     const { attempt } = this.#claim
-    const client = this.#claim.client
-    await hooks.afterReserve?.({ ...this.#id, attempt, tx: client })
+    const { tx } = this.#claim.session
+    await hooks.afterReserve?.({ ...this.#id, attempt, tx })
     let response: StoredResponse
     try {
       const returned = await this.#input.handler(this.#context())
@@ -149,23 +152,23 @@ export class Attempt<C extends Claim> {
       await this.#rollback()
       return await this.#storeFailure(tooLargeResponse(tooLarge), tooLarge)
     }
-    await hooks.beforeCommit?.({ ...this.#id, attempt, tx: client })
+    await hooks.beforeCommit?.({ ...this.#id, attempt, tx })
     return await this.#complete(response)
   }
 
   /** The context the handler runs with. */
-  #context(): ExecutionContext & { [STORE_POOL]: pg.Pool } {
+  #context(): ExecutionContext<Tx> & { [STORE_DATABASE]: Database<Tx> } {
     const claim = this.#claim
     const protocol = this.#protocol
     const id = this.#id
     const abort = this.#abort
     return {
-      [STORE_POOL]: this.#env.pool,
-      tx: claim.client,
+      [STORE_DATABASE]: this.#env.database,
+      tx: claim.session.tx,
       ...id,
       attempt: claim.attempt,
       recoveryPoint: claim.recoveryPoint,
-      saveRecoveryPoint: (point: string, tx?: pg.ClientBase) => protocol.saveRecoveryPoint(claim, point, tx),
+      saveRecoveryPoint: (point: string, tx?: Tx) => protocol.saveRecoveryPoint(claim, point, tx),
       stepKey: (step: string) => stepKeyFor(id.scope, id.operation, id.key, step),
       get signal() {
         return abort.signal
@@ -319,39 +322,36 @@ export class Attempt<C extends Claim> {
 
   /** Rolls the business transaction back, once; a failure marks the connection broken. */
   async #rollback(): Promise<void> {
-    if (!this.#open || !this.#client) return
+    if (!this.#open || !this.#session) return
     this.#open = false
     try {
-      await this.#client.query('ROLLBACK')
+      await this.#session.run(['ROLLBACK'])
     } catch (error) {
       this.#broken ??= error as Error
     }
   }
 
   /**
-   * Where a statement after the transaction runs: the attempt's own client while it works, else (having given the
-   * broken one back first) the pool.
+   * Where a statement after the transaction runs: the attempt's own session while it works, else (having given the
+   * broken connection back first) a connection of the pool.
    */
-  #connection(): Connection {
-    if (this.#client && !this.#broken) return this.#client
+  #connection(): Exec {
+    const session = this.#session
+    if (session && !this.#broken) return async (statement) => (await session.run([statement]))[0]!
     this.#giveBack()
-    return this.#env.pool
+    const { database } = this.#env
+    return (statement) => database.query(statement)
   }
 
-  /**
-   * Returns the client to the pool, destroyed if it broke or sat in an abandoned transaction. The 'error' listener
-   * stays attached until the pool has its own again: a checked-out client that emits 'error' with no listener
-   * crashes the process.
-   */
+  /** Returns the connection to the pool, destroyed if it broke or sat in an abandoned transaction. */
   #giveBack(abandoned?: Error): void {
-    const client = this.#client
-    if (!client) return
-    this.#client = undefined
-    client.release(this.#broken ?? abandoned)
-    client.off('error', this.#onClientError)
+    const session = this.#session
+    if (!session) return
+    this.#session = undefined
+    session.release(this.#broken ?? abandoned)
   }
 
-  readonly #onClientError = (error: Error): void => {
+  readonly #onBroken = (error: Error): void => {
     this.#broken ??= error
     this.#abort.abort(error)
     this.#env.storeError(error, this.#id)
@@ -371,8 +371,8 @@ export class Attempt<C extends Claim> {
   }
 
   readonly #keepLease = (): void => {
-    const client = this.#client
-    if (!client || !this.#open || this.#stalled) return
+    const session = this.#session
+    if (!session || !this.#open || this.#stalled) return
     const now = Date.now()
     if (now - this.#beat >= this.#claim.request.leaseMs) {
       // The process did not run for a whole lease: Postgres may have ended the transaction, and a takeover may be
@@ -385,7 +385,7 @@ export class Attempt<C extends Claim> {
     }
     this.#beat = now
     // Queued behind any statement of the handler's; an error (an aborted transaction) says nothing new.
-    client.query('SELECT 1').catch(() => {})
+    session.run([KEEP_ALIVE]).catch(() => {})
     if (!this.#renewing) {
       this.#renewing = true
       this.#protocol

@@ -2,9 +2,7 @@
 // and runs each claimed attempt (attempt.ts); everything else it answers from the record or the replay cache, in
 // one place (`answerInspection`), whether a request asks, peeks, or an attempt lost its key.
 import { performance } from 'node:perf_hooks'
-import type pg from 'pg'
 import { ENGINE_SIGNALS, type EngineSignal, type Observable } from '../hooks.js'
-import { detectPooler } from '../store/connection.js'
 import { lockReservation } from '../store/lock-reservation.js'
 import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
@@ -36,21 +34,6 @@ export { stepKeyFor } from './step-key.js'
 // tries again. This bounds those retries (each is a real state change by someone else, so it converges fast).
 const MAX_RACE_ROUNDS = 8
 
-// One 'error' listener per pool, fanned out to every engine on it (so many engines do not trip MaxListeners).
-const poolErrorListeners = new WeakMap<pg.Pool, Set<(error: Error) => void>>()
-function onPoolError(pool: pg.Pool, listener: (error: Error) => void): void {
-  let listeners = poolErrorListeners.get(pool)
-  if (!listeners) {
-    const set = new Set<(error: Error) => void>()
-    listeners = set
-    poolErrorListeners.set(pool, set)
-    pool.on('error', (error) => {
-      for (const notify of set) notify(error)
-    })
-  }
-  listeners.add(listener)
-}
-
 /** What a finished record answers with. */
 interface Finished {
   fingerprint: string
@@ -74,15 +57,15 @@ function storedFromRow(row: q.LookupRow): StoredResponse {
  * const engine = createEngine({ store: postgresStore({ pool }) })
  * const outcome = await engine.execute({ scope, operation: 'POST /v1/payments', key, fingerprint, handler })
  */
-export function createEngine(options: EngineOptions): Engine {
+export function createEngine<Tx = import('pg').PoolClient>(options: EngineOptions<Tx>): Engine<Tx> {
   return buildEngine(options, {})
 }
 
 /** The engine with fault injection (see `@oncely/server/testing`). */
-export function buildEngine(options: EngineOptions, faults: FaultOptions): Engine {
+export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions<Tx>): Engine<Tx> {
   const config = resolveOptions(options, faults)
-  const store = resolveStore(options.store)
-  const { pool } = store
+  const store = resolveStore<Tx>(options.store)
+  const { database } = store
   // Observers attached through ENGINE_SIGNALS (`@oncely/server/otel`): none unless telemetry is installed.
   const observers = new Set<(signal: EngineSignal) => void>()
   const signal = (event: EngineSignal) => {
@@ -106,18 +89,18 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   // Undefined while nobody listens (no onEvent, no observer), so `emit?.({...})` does not even build the event.
   let emit: ((event: EngineEvent) => void) | undefined = onEvent ? deliver : undefined
 
-  const protocol: ReservationProtocol =
+  const protocol: ReservationProtocol<Claim<Tx>> =
     config.reservation === 'lock'
       ? lockReservation(store, config.fenced)
       : rowReservation(store, config.fenced)
-  const failingOpen = failOpenReservation(pool)
+  const failingOpen = failOpenReservation(database)
   const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
   const durations = new Durations()
   // A finished record can only vanish before its expiry with the database's own past: a failover to a standby that
   // never received its commit (asynchronous replication), a restore. Both first break the connections, so losing
   // them empties the cache and every answer is asked of the database again.
   const storeLost = () => cache?.clear()
-  onPoolError(pool, (error) => {
+  database.onConnectionLost((error) => {
     storeLost()
     emit?.({ type: 'store_error', error })
   })
@@ -130,7 +113,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   /** Reports a store error, diagnosed first (a transaction-mode pooler is named, and adapted to, here). */
   const storeError = (error: unknown, id?: KeyId): unknown => {
     storeLost()
-    const diagnosed = detectPooler(store, error) ?? error
+    const diagnosed = database.diagnose?.(error) ?? error
     emit?.({ type: 'store_error', error: diagnosed, ...id })
     return diagnosed
   }
@@ -177,10 +160,10 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     }
   }
 
-  const environment: AttemptEnvironment = {
+  const environment: AttemptEnvironment<Tx> = {
     config,
     hooks: faults.hooks ?? {},
-    pool,
+    database,
     cache,
     durations,
     emit: () => emit,
@@ -188,10 +171,14 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     unavailable,
     answerInspection,
   }
-  const run = <C extends Claim>(input: ExecuteInput, on: ReservationProtocol<C>, claim: C, sent: Sent) =>
-    new Attempt(environment, input, on, claim, sent, on === failingOpen).run()
+  const run = <C extends Claim<Tx>>(
+    input: ExecuteInput<Tx>,
+    on: ReservationProtocol<C>,
+    claim: C,
+    sent: Sent,
+  ) => new Attempt(environment, input, on, claim, sent, on === failingOpen).run()
 
-  async function execute(input: ExecuteInput): Promise<Outcome> {
+  async function execute(input: ExecuteInput<Tx>): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
     const id: KeyId = { scope: input.scope, operation: input.operation, key: input.key }
     const cached = cache?.get(id)
@@ -206,7 +193,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     const waited = boundedWait(input.wait?.timeoutMs)
     for (let round = 0; ; ) {
       const sent = sentNow()
-      let reservation: Awaited<ReturnType<ReservationProtocol['reserve']>>
+      let reservation: Awaited<ReturnType<ReservationProtocol<Claim<Tx>>['reserve']>>
       try {
         reservation = await protocol.reserve(request)
       } catch (error) {
@@ -225,7 +212,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   }
 
   /** Runs the handler without a key record, when the store failed and the input allows it (`failOpen`). */
-  async function failOpen(input: ExecuteInput, request: ReserveRequest): Promise<Outcome> {
+  async function failOpen(input: ExecuteInput<Tx>, request: ReserveRequest): Promise<Outcome> {
     let reservation: Awaited<ReturnType<typeof failingOpen.reserve>>
     try {
       reservation = await failingOpen.reserve(request)
@@ -251,7 +238,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     }
     let found: Inspection
     try {
-      found = await protocol.inspect(request, pool)
+      found = await protocol.inspect(request, (statement) => database.query(statement))
     } catch (error) {
       return unavailable(storeError(error, id))
     }
@@ -261,7 +248,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   async function forget(key: KeyId): Promise<boolean> {
     const id = checkRecordId(key)
     cache?.delete(id)
-    const deleted = (await pool.query(q.forget(store.names, id))).rowCount ?? 0
+    const deleted = (await database.query(q.forget(store.names, id))).rowCount
     // A replay answered from this process's cache between the delete above and now would have come from before it.
     cache?.delete(id)
     return deleted > 0
@@ -274,7 +261,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     let total = 0
     try {
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
+        const deleted = (await database.query(q.reap(store.names, batchSize))).rowCount
         total += deleted
         if (deleted < batchSize) break
       }
@@ -302,7 +289,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     return () => clearInterval(timer)
   }
 
-  const engine: Engine & Required<Observable> = {
+  const engine: Engine<Tx> & Required<Observable> = {
     execute,
     peek,
     forget,

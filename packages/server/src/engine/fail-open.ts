@@ -1,32 +1,32 @@
 // `failOpen: true`: when the store cannot reserve, the handler still runs, in a plain transaction with no key record.
 // It is a reservation that claims every key and stores nothing, so the attempt runner treats it like the others.
-import type pg from 'pg'
+import type { Database } from '../store/database.js'
 import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
 
-export interface FailOpenReservation extends Omit<ReservationProtocol, 'reserve'> {
-  /** Always claims: connects and begins a transaction (rejects only when that fails). */
-  reserve(request: ReserveRequest): Promise<{ kind: 'claimed'; claim: Claim }>
+export interface FailOpenReservation<Tx> extends Omit<ReservationProtocol<Claim<Tx>>, 'reserve'> {
+  /** Always claims: opens a session and begins a transaction (rejects only when that fails). */
+  reserve(request: ReserveRequest): Promise<{ kind: 'claimed'; claim: Claim<Tx> }>
 }
 
-export function failOpenReservation(pool: pg.Pool): FailOpenReservation {
+export function failOpenReservation<Tx>(database: Database<Tx>): FailOpenReservation<Tx> {
   return {
     async reserve(request) {
-      const client = await pool.connect()
+      const session = await database.session()
       try {
-        await client.query('BEGIN')
+        await session.run(['BEGIN'])
       } catch (error) {
-        client.release(error as Error)
+        session.release(error as Error)
         throw error
       }
       return {
         kind: 'claimed',
-        claim: { request, client, attempt: 1, recoveryPoint: null, replaced: null, expiresInMs: 0 },
+        claim: { request, session, attempt: 1, recoveryPoint: null, replaced: null, expiresInMs: 0 },
       }
     },
     inspect: async () => ({ kind: 'free' }),
     renew: async () => true,
     async complete(claim) {
-      await claim.client.query('COMMIT')
+      await claim.session.run(['COMMIT'])
       return true
     },
     // Nothing is stored: a permanent failure is answered once and forgotten, like any request without a key.

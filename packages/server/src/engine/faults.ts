@@ -1,13 +1,13 @@
 import type pg from 'pg'
 
 /** Where fault injection may interrupt an execution. */
-export interface EngineHookContext {
+export interface EngineHookContext<Tx = pg.PoolClient> {
   scope: string
   operation: string
   key: string
   attempt: number
-  /** The business transaction, open (absent in `afterCommit`). */
-  tx?: pg.PoolClient
+  /** The business transaction, open, as the datasource's library types it (absent in `afterCommit`). */
+  tx?: Tx
 }
 
 /**
@@ -15,18 +15,18 @@ export interface EngineHookContext {
  * the attempt (the transaction rolls back; under the row protocol the key keeps its lease until it runs out) and
  * `execute` rejects with the error. A hook that awaits simulates a pause.
  */
-export interface EngineHooks {
+export interface EngineHooks<Tx = pg.PoolClient> {
   /** After the key was reserved, inside the business transaction (`tx` is set), before the handler runs. */
-  afterReserve?: (ctx: EngineHookContext) => Promise<void> | void
+  afterReserve?: (ctx: EngineHookContext<Tx>) => Promise<void> | void
   /** After the handler returned and the response was checked, before the fenced completion and COMMIT. */
-  beforeCommit?: (ctx: EngineHookContext) => Promise<void> | void
+  beforeCommit?: (ctx: EngineHookContext<Tx>) => Promise<void> | void
   /** After COMMIT, before `execute` returns (so before any byte is sent). */
-  afterCommit?: (ctx: EngineHookContext) => Promise<void> | void
+  afterCommit?: (ctx: EngineHookContext<Tx>) => Promise<void> | void
 }
 
 /** What only tests and chaos runs may set (see `@oncely/server/testing`). */
-export interface FaultOptions {
-  hooks?: EngineHooks
+export interface FaultOptions<Tx = pg.PoolClient> {
+  hooks?: EngineHooks<Tx>
   /**
    * Breaks the guarantees on purpose so a chaos checker can prove it detects duplicates: `disableFencing: true` lets
    * a completion ignore the lock token or row version, so a paused attempt commits after a takeover.

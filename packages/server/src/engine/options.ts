@@ -22,7 +22,7 @@ export interface ResolvedOptions {
 }
 
 function resolveReplayCache(
-  value: EngineOptions['replayCache'],
+  value: EngineOptions<unknown>['replayCache'],
   fenced: boolean,
 ): ResolvedOptions['replayCache'] {
   if (value === false) return null
@@ -44,7 +44,10 @@ function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = '
   }
 }
 
-export function resolveOptions(options: EngineOptions, faults: FaultOptions = {}): ResolvedOptions {
+export function resolveOptions<Tx>(
+  options: EngineOptions<Tx>,
+  faults: FaultOptions<Tx> = {},
+): ResolvedOptions {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   for (const name of ['hooks', 'unsafe'] as const) {
@@ -122,8 +125,8 @@ export function checkRecordId(input: KeyId & { fingerprint?: string }): KeyId {
   return { scope: input.scope, operation: input.operation, key: input.key }
 }
 
-export function checkInput(
-  input: ExecuteInput,
+export function checkInput<Tx>(
+  input: ExecuteInput<Tx>,
   defaults: ResolvedOptions,
 ): { leaseMs: number; retentionMs: number } {
   checkRecordId(input)

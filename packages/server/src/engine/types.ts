@@ -21,13 +21,14 @@ export interface HandlerResponse {
   body?: Buffer | Uint8Array | string | object | null
 }
 
-/** What the handler receives. */
-export interface ExecutionContext {
+/** What the handler receives. `Tx` is the transaction type of the store's datasource (`pg.PoolClient` by default). */
+export interface ExecutionContext<Tx = pg.PoolClient> {
   /**
-   * A client inside the open transaction that will also complete the key record. Do every business write on it;
-   * do not COMMIT or ROLLBACK it yourself.
+   * The open transaction that will also complete the key record, as your database library types it (a
+   * `pg.PoolClient` for a node-postgres pool, a Drizzle transaction, a Kysely `Transaction`...). Do every business
+   * write through it; do not commit or roll it back yourself.
    */
-  tx: pg.PoolClient
+  tx: Tx
   scope: string
   operation: string
   key: string
@@ -47,10 +48,10 @@ export interface ExecutionContext {
    * Under `reservation: 'lock'`, the first save also writes the key's row as `in_progress` under a lease, so from
    * then on a crash leaves the key held until the lease runs out (the next attempt then takes over with the point),
    * as under `'row'`.
-   * With `tx` (a client in a transaction of your own, not `ctx.tx`), the save runs on it and commits or rolls back
-   * with that transaction's writes: an atomic phase (see `@oncely/server/steps`).
+   * With `tx` (a transaction of your own on the same datasource, not `ctx.tx`), the save runs in it and commits or
+   * rolls back with that transaction's writes: an atomic phase (see `@oncely/server/steps`).
    */
-  saveRecoveryPoint(point: string, tx?: pg.ClientBase): Promise<boolean>
+  saveRecoveryPoint(point: string, tx?: Tx): Promise<boolean>
   /**
    * A deterministic key for one external call of this execution: SHA-256 (hex) of scope, operation, key and step.
    * Send it as the provider's idempotency key so a retry after a crash cannot charge twice.
@@ -77,7 +78,7 @@ export interface KeyId {
 }
 
 /** One idempotent execution. */
-export interface ExecuteInput {
+export interface ExecuteInput<Tx = pg.PoolClient> {
   /** Who the key belongs to (a tenant or user id, from authentication, never from a client header). */
   scope: string
   /** What is being done, such as `POST /v1/payments`. The same key on two operations is two records. */
@@ -87,7 +88,7 @@ export interface ExecuteInput {
   /** SHA-256 hex of the request, from `requestFingerprint()`. Reusing the key with another fingerprint is a mismatch. */
   fingerprint: string
   /** The work. Runs at most once per successful key, inside the transaction in `ctx.tx`. */
-  handler: (ctx: ExecutionContext) => Promise<HandlerResponse>
+  handler: (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse>
   /**
    * Classifies an error thrown by the handler. Retryable errors release the key (nothing stored); permanent ones
    * are stored as the response from `renderError` and replayed.
@@ -193,9 +194,9 @@ export type EngineEvent =
   | { type: 'store_error'; error: unknown; scope?: string; operation?: string; key?: string }
 
 /** Options of {@link createEngine}. */
-export interface EngineOptions {
+export interface EngineOptions<Tx = pg.PoolClient> {
   /** Where key records live: `postgresStore({ pool })`. */
-  store: PostgresStore
+  store: PostgresStore<Tx>
   /**
    * How long an attempt keeps its key once its process stops making progress. While the handler runs, the engine
    * renews the lease every `leaseMs / 3` from the event loop (a keep-alive statement on the business transaction,
@@ -288,9 +289,9 @@ export interface ReaperOptions extends ReapOptions {
 }
 
 /** The transport-agnostic idempotency engine. */
-export interface Engine {
+export interface Engine<Tx = pg.PoolClient> {
   /** Runs `input.handler` at most once per (scope, operation, key), or answers from the record. Never throws for store errors. */
-  execute(input: ExecuteInput): Promise<Outcome>
+  execute(input: ExecuteInput<Tx>): Promise<Outcome>
   /**
    * What `execute` would answer for this request right now, without running anything or reserving the key:
    * `replayed` or `mismatch` for a finished record, `mismatch` or `in_progress` while another attempt holds the key,

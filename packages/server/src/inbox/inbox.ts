@@ -6,9 +6,9 @@ import type { Engine, ErrorClass, ExecuteInput, Outcome } from '../engine/types.
 import { INBOX_DELIVERY, type MarkedInput } from '../hooks.js'
 
 /** What a message handler receives. */
-export interface MessageContext {
+export interface MessageContext<Tx = pg.PoolClient> {
   /** The open transaction in which the inbox record completes too. Do every effect on it; never COMMIT it. */
-  tx: pg.PoolClient
+  tx: Tx
   messageId: string
   topic: string
   /** 1 on the first delivery that ran the handler, higher after a failed or abandoned one. */
@@ -35,14 +35,14 @@ export type ConsumeResult<T = unknown> =
   | { kind: 'mismatch' }
 
 /** Options of {@link createInbox}. */
-export interface InboxOptions {
+export interface InboxOptions<Tx = pg.PoolClient> {
   /**
    * The engine whose table records consumed messages (`createEngine`; a dedicated table keeps volumes apart). Give
    * it `reservation: 'lock'`: a message then belongs to a delivery only while its transaction lives, so when the
    * consumer's process dies the redelivery is applied at once; under `'row'` it answers `busy` until the dead
    * delivery's lease (`leaseMs`) runs out.
    */
-  engine: Engine
+  engine: Engine<Tx>
   /** This consumer's name: the record's scope, so two consumers of one topic each process every message once. */
   consumer: string
   /**
@@ -86,7 +86,7 @@ export function describeInboxEvent(event: InboxEvent): string {
 }
 
 /** One delivery to consume. */
-export interface ConsumeInput<T> {
+export interface ConsumeInput<T, Tx = pg.PoolClient> {
   /** The message's unique id: the outbox id / `Nats-Msg-Id`, a provider's event id. */
   messageId: string
   /** The subject or event type. Part of the record's identity. @default 'message' */
@@ -99,7 +99,7 @@ export interface ConsumeInput<T> {
    */
   payload?: Uint8Array | ArrayBuffer | string | object
   /** The effect. Its return value (JSON) is stored and returned to duplicates. */
-  handler: (ctx: MessageContext) => Promise<T>
+  handler: (ctx: MessageContext<Tx>) => Promise<T>
   /**
    * The message's headers (lower-case names). Only their W3C trace context (`traceparent`, `tracestate`) is read,
    * and only by `@oncely/server/otel`: the consumption then continues the producer's trace. The NATS and webhook
@@ -111,12 +111,12 @@ export interface ConsumeInput<T> {
 }
 
 /** A consumer-side inbox. Create with {@link createInbox}. */
-export interface Inbox {
+export interface Inbox<Tx = pg.PoolClient> {
   /**
    * Runs `handler` at most once per message id (per consumer and topic): the inbox record completes in the handler's
    * transaction, so a redelivery after the commit is a no-op. Ack only after this resolves.
    */
-  consume<T = unknown>(input: ConsumeInput<T>): Promise<ConsumeResult<T>>
+  consume<T = unknown>(input: ConsumeInput<T, Tx>): Promise<ConsumeResult<T>>
 }
 
 /**
@@ -173,7 +173,7 @@ function parseResult<T>(body: Buffer): T {
  *   await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [order.id])
  * } })
  */
-export function createInbox(options: InboxOptions): Inbox {
+export function createInbox<Tx = pg.PoolClient>(options: InboxOptions<Tx>): Inbox<Tx> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { engine, consumer } = options
@@ -196,13 +196,13 @@ export function createInbox(options: InboxOptions): Inbox {
     }
   }
 
-  async function consume<T>(input: ConsumeInput<T>): Promise<ConsumeResult<T>> {
+  async function consume<T>(input: ConsumeInput<T, Tx>): Promise<ConsumeResult<T>> {
     if (typeof input?.messageId !== 'string' || input.messageId === '') {
       throw new TypeError('Expected `messageId` to be a non-empty string.')
     }
     if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
     const topic = input.topic ?? 'message'
-    const execution: ExecuteInput & MarkedInput = {
+    const execution: ExecuteInput<Tx> & MarkedInput = {
       scope: consumer,
       operation: topic,
       key: input.messageId,

@@ -1,15 +1,16 @@
+import type { PoolClient } from 'pg'
 import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass } from '../engine/types.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
 
 /** Options of {@link createJobs}. */
-export interface JobsOptions {
+export interface JobsOptions<Tx = PoolClient> {
   /**
    * The engine whose table records runs. Give it `reservation: 'lock'`: an occurrence then belongs to a run only
    * while its transaction lives, so when the process running it dies the next trigger runs it at once; under
    * `'row'` it answers `busy` until the dead run's lease runs out.
    */
-  engine: Engine
+  engine: Engine<Tx>
   /** The records' scope, separating jobs from other users of the engine's table. @default 'jobs' */
   scope?: string
   /**
@@ -37,11 +38,11 @@ export interface JobsOptions {
 }
 
 /** One occurrence of a scheduled job: name it with `slot`, or give its time as `scheduledFor`. */
-export type RunOnceInput<T> = {
+export type RunOnceInput<T, Tx = PoolClient> = {
   /** The job's stable name, such as `nightly-invoices`. */
   jobId: string
   /** The work, on `ctx.tx`; its return value (JSON) is stored and returned to later triggers. */
-  handler: (ctx: MessageContext) => Promise<T>
+  handler: (ctx: MessageContext<Tx>) => Promise<T>
 } & (
   | {
       /**
@@ -59,7 +60,7 @@ export type RunOnceInput<T> = {
 )
 
 /** The record key of an occurrence: the caller's slot, or the ISO time truncated to `slotMs`. */
-function slotKey(input: RunOnceInput<unknown>, slotMs: number): string {
+function slotKey(input: Omit<RunOnceInput<unknown>, 'handler'>, slotMs: number): string {
   if (input.slot !== undefined) {
     if (typeof input.slot !== 'string' || input.slot === '') {
       throw new TypeError('Expected `slot` to be a non-empty string.')
@@ -75,12 +76,12 @@ function slotKey(input: RunOnceInput<unknown>, slotMs: number): string {
 }
 
 /** Runs scheduled jobs at most once per occurrence. Create with {@link createJobs}. */
-export interface Jobs {
+export interface Jobs<Tx = PoolClient> {
   /**
    * Runs the occurrence `(jobId, slot)` unless it already ran: `processed` (ran now), `duplicate` (ran
    * before; `result` is what it returned), `busy` (running elsewhere), or a failure to retry later.
    */
-  runOnce<T = unknown>(input: RunOnceInput<T>): Promise<ConsumeResult<T>>
+  runOnce<T = unknown>(input: RunOnceInput<T, Tx>): Promise<ConsumeResult<T>>
 }
 
 /**
@@ -93,11 +94,11 @@ export interface Jobs {
  * cron.schedule('0 2 * * *', (scheduledFor) =>
  *   jobs.runOnce({ jobId: 'nightly-invoices', scheduledFor, handler: ({ tx }) => issueInvoices(tx) }))
  */
-export function createJobs(options: JobsOptions): Jobs {
+export function createJobs<Tx = PoolClient>(options: JobsOptions<Tx>): Jobs<Tx> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const slotMs = positiveInteger('slotMs', options.slotMs ?? 60_000)
-  const inbox = createInbox({
+  const inbox = createInbox<Tx>({
     engine: options.engine,
     consumer: options.scope ?? 'jobs',
     retentionMs: options.retentionMs ?? 2_592_000_000,

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
+import { asDatabase } from '../store/as-database.js'
+import type { Database } from '../store/database.js'
 import { quoteIdent } from '../store/identifiers.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
@@ -22,8 +24,16 @@ export type DispatcherEvent =
 
 /** Options of {@link createDispatcher}. */
 export interface DispatcherOptions {
-  /** A pool on the database holding the outbox. The dispatcher holds one of its clients for LISTEN while started. */
-  pool: pg.Pool
+  /**
+   * A node-postgres pool on the database holding the outbox. The dispatcher holds one of its clients for LISTEN
+   * while started. Give `database` instead to dispatch through another library's datasource (it then polls).
+   */
+  pool?: pg.Pool
+  /**
+   * The datasource of another database library, instead of `pool`. Nothing wakes the dispatcher at a commit then
+   * (LISTEN needs a connection of node-postgres's): it polls every `pollIntervalMs`.
+   */
+  database?: Database
   /** Where messages go: `jetStreamPublisher()` from `@oncely/server/nats`, `webhookPublisher()`, or your own. */
   publisher: Publisher
   /** @default 'oncely' */
@@ -126,7 +136,12 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { pool, publisher } = options
-  if (typeof pool?.connect !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
+  if ((pool === undefined) === (options.database === undefined)) {
+    throw new TypeError('Expected either `pool` (a pg.Pool) or `database` (a datasource), not both.')
+  }
+  if (pool !== undefined && typeof pool?.connect !== 'function')
+    throw new TypeError('Expected `pool` to be a pg.Pool.')
+  const database = options.database ?? asDatabase(pool as pg.Pool, 'createDispatcher({ pool })')
   if (typeof publisher?.publish !== 'function')
     throw new TypeError('Expected `publisher` to have a `publish` method.')
   const { table, channel } = outboxNames(options.schema)
@@ -163,7 +178,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       await publisher.publish(message)
     } catch (error) {
       const delay = Math.max(0, Math.floor(retryDelayMs(row.attempts)))
-      const failed = await pool.query<{ status: string }>(
+      const failed = await database.query<{ status: string }>(
         q.markFailed(table, row.id, token, describe(error), delay, maxAttempts),
       )
       const status = failed.rows[0]?.status
@@ -175,16 +190,16 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       return
     }
     await hooks.afterPublish?.(message)
-    const marked = await pool.query(q.markPublished(table, row.id, token))
+    const marked = await database.query(q.markPublished(table, row.id, token))
     if (marked.rowCount === 1)
       emit({ type: 'published', id: row.id, topic: row.topic, attempt: row.attempts })
     else emit({ type: 'lease_lost', id: row.id })
   }
 
   async function dispatchOnce(): Promise<number> {
-    await pool.query(q.buryExhausted(table, maxAttempts))
+    await database.query(q.buryExhausted(table, maxAttempts))
     const token = randomUUID()
-    const { rows } = await pool.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))
+    const { rows } = await database.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))
     rows.sort((a, b) => Number(BigInt(a.seq) - BigInt(b.seq)))
     const results = await Promise.allSettled(rows.map((row) => deliver(row, token)))
     for (const result of results)
@@ -237,7 +252,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     timer.unref?.()
     check = { payload, timer }
     // Awaited by stop(), so a stopped dispatcher has no query left in flight (nor an error to report after it).
-    checkSent = pool.query('SELECT pg_notify($1, $2)', [channel, payload]).then(
+    checkSent = database.query({ text: 'SELECT pg_notify($1, $2)', values: [channel, payload] }).then(
       () => {},
       (error: unknown) => {
         // Not sent, so nothing can be concluded: the next LISTEN checks again.
@@ -249,7 +264,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   }
 
   async function ensureListening(): Promise<void> {
-    if (options.listen === false || deaf || listener) return
+    if (options.listen === false || deaf || listener || pool === undefined) return
     const client = await pool.connect()
     // Attached only while the dispatcher holds the client: once released, its errors are the pool's.
     const onError = (error: Error) => {
@@ -333,14 +348,14 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       const maxBatches = positiveInteger('maxBatches', purge.maxBatches ?? 100)
       let total = 0
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await pool.query(q.purgePublished(table, olderThanMs, size))).rowCount ?? 0
+        const deleted = (await database.query(q.purgePublished(table, olderThanMs, size))).rowCount
         total += deleted
         if (deleted < size) break
       }
       return total
     },
     async requeueDead(ids) {
-      return (await pool.query(q.requeueDead(table, ids))).rowCount ?? 0
+      return (await database.query(q.requeueDead(table, ids))).rowCount
     },
   }
 }

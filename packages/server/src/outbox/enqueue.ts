@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { withTraceContext } from '../hooks.js'
+import type { Database, Statement } from '../store/database.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
 
@@ -25,9 +26,17 @@ export interface EnqueueInput {
 }
 
 /** Options of {@link enqueue}. */
-export interface EnqueueOptions {
+export interface EnqueueOptions<Tx = pg.ClientBase> {
   /** The schema `migrate()` created the outbox in. @default 'oncely' */
   schema?: string
+  /**
+   * The datasource `tx` belongs to, when it is not a node-postgres client: the row is then written through that
+   * library, in `tx`'s transaction (`ctx.tx` of an engine built on the same datasource).
+   * @default none: `tx` is a pg client
+   * @example
+   * await enqueue(ctx.tx, { topic: 'orders.created', payload: order }, { database: drizzleDatabase({ db }) })
+   */
+  database?: Database<Tx>
 }
 
 /**
@@ -41,13 +50,29 @@ export interface EnqueueOptions {
  *   return { status: 201, body: order }
  * } })
  */
-export async function enqueue(
-  tx: pg.ClientBase,
+export async function enqueue<Tx = pg.ClientBase>(
+  tx: Tx,
   input: EnqueueInput,
-  options: EnqueueOptions = {},
+  options: EnqueueOptions<Tx> = {},
 ): Promise<string> {
-  if (typeof tx?.query !== 'function')
-    throw new TypeError('Expected `tx` to be a pg client inside a transaction.')
+  const { database } = options
+  let run: (statement: Statement) => Promise<unknown>
+  if (database !== undefined) {
+    if (!database.isTransaction(tx)) {
+      throw new TypeError(
+        `Expected \`tx\` to be a transaction of ${database.library} (ctx.tx inside a handler).`,
+      )
+    }
+    run = (statement) => database.execute(tx, statement)
+  } else {
+    const client = tx as pg.ClientBase
+    if (typeof client?.query !== 'function') {
+      throw new TypeError(
+        'Expected `tx` to be a pg client inside a transaction (for another library, pass its datasource as `database`).',
+      )
+    }
+    run = (statement) => client.query({ text: statement.text, values: [...statement.values] })
+  }
   if (typeof input?.topic !== 'string' || input.topic === '') {
     throw new TypeError('Expected `topic` to be a non-empty string.')
   }
@@ -65,8 +90,8 @@ export async function enqueue(
   const { table, channel } = outboxNames(options.schema)
   const id = input.id ?? randomUUID()
   const aggregateKey = input.aggregateKey ?? null
-  if (aggregateKey !== null) await tx.query(q.lockAggregate(table, aggregateKey))
-  await tx.query(
+  if (aggregateKey !== null) await run(q.lockAggregate(table, aggregateKey))
+  await run(
     q.insert(table, channel, {
       id,
       topic: input.topic,

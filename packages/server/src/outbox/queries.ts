@@ -1,5 +1,6 @@
-// Every statement of the outbox, as small functions returning { text, values }. Times come from the database clock.
-import type { Query } from '../store/queries.js'
+// Every statement of the outbox, as small functions returning a Statement (store/database.ts). Times come from the
+// database clock.
+import type { Statement } from '../store/database.js'
 
 const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
@@ -7,7 +8,7 @@ const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
  * Serializes enqueues of one aggregate until commit, so sequence order equals commit order per aggregate (without
  * it, a later `seq` could commit first and be published before an earlier one becomes visible).
  */
-export function lockAggregate(table: string, aggregateKey: string): Query {
+export function lockAggregate(table: string, aggregateKey: string): Statement {
   return {
     text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))',
     values: [`${table}:${aggregateKey}`],
@@ -18,7 +19,7 @@ export function insert(
   table: string,
   channel: string,
   row: { id: string; topic: string; aggregateKey: string | null; payload: string; headers: object },
-): Query {
+): Statement {
   return {
     text: `WITH inserted AS (
   INSERT INTO ${table} (id, topic, aggregate_key, payload, headers) VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id
@@ -28,7 +29,7 @@ export function insert(
 }
 
 /** Dead-letters rows whose dispatcher crashed on their last allowed attempt (their lease ran out). */
-export function buryExhausted(table: string, maxAttempts: number): Query {
+export function buryExhausted(table: string, maxAttempts: number): Statement {
   return {
     text: `UPDATE ${table} SET status = 'dead', claim_token = NULL, claimed_until = NULL,
   last_error = coalesce(last_error, 'claim lease expired on the last attempt')
@@ -41,7 +42,7 @@ WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1`,
  * Claims up to `batchSize` due rows for `leaseMs`. A row is skipped while an earlier row of its aggregate is pending
  * (claimed or not), so one aggregate never has two messages in flight. SKIP LOCKED lets dispatchers run side by side.
  */
-export function claim(table: string, token: string, batchSize: number, leaseMs: number): Query {
+export function claim(table: string, token: string, batchSize: number, leaseMs: number): Statement {
   return {
     text: `WITH due AS (
   SELECT o.id FROM ${table} o
@@ -72,7 +73,7 @@ export interface ClaimRow {
 }
 
 /** Marks a row published, fenced by the claim token: a dispatcher whose lease was taken over changes nothing. */
-export function markPublished(table: string, id: string, token: string): Query {
+export function markPublished(table: string, id: string, token: string): Statement {
   return {
     text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL
 WHERE id = $1 AND claim_token = $2 AND status = 'pending'`,
@@ -88,7 +89,7 @@ export function markFailed(
   error: string,
   delayMs: number,
   maxAttempts: number,
-): Query {
+): Statement {
   return {
     text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, last_error = $3,
   available_at = now() + ${ms('$4')},
@@ -100,7 +101,7 @@ RETURNING status`,
 }
 
 /** Deletes up to `batchSize` rows published more than `olderThanMs` ago. */
-export function purgePublished(table: string, olderThanMs: number, batchSize: number): Query {
+export function purgePublished(table: string, olderThanMs: number, batchSize: number): Statement {
   return {
     text: `DELETE FROM ${table} WHERE id IN (
   SELECT id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms('$1')}
@@ -110,7 +111,7 @@ export function purgePublished(table: string, olderThanMs: number, batchSize: nu
 }
 
 /** Puts dead-lettered rows back in the queue with a fresh attempt budget. */
-export function requeueDead(table: string, ids: readonly string[]): Query {
+export function requeueDead(table: string, ids: readonly string[]): Statement {
   return {
     text: `UPDATE ${table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
 WHERE status = 'dead' AND id = ANY($1::uuid[])`,

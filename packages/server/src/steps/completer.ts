@@ -84,7 +84,7 @@ export function createCompleter<S = unknown>(options: CompleterOptions<S>): Comp
   const graceMs = positiveInteger('graceMs', options.graceMs ?? 60_000)
   const batchSize = positiveInteger('batchSize', options.batchSize ?? 50)
   const withPoint = options.onlyWithRecoveryPoint ?? true
-  const { pool, names } = resolveStore(options.store)
+  const { database, names } = resolveStore(options.store)
   const report = (error: unknown, intent?: AbandonedIntent<S>) => {
     try {
       options.onError?.(error, intent)
@@ -94,7 +94,7 @@ export function createCompleter<S = unknown>(options: CompleterOptions<S>): Comp
   }
 
   async function runOnce(): Promise<number> {
-    const { rows } = await pool.query<{
+    const { rows } = await database.query<{
       scope: string
       operation: string
       key: string
@@ -103,14 +103,14 @@ export function createCompleter<S = unknown>(options: CompleterOptions<S>): Comp
       attempts: number
       recovery_point: string | null
       request_headers: Record<string, string> | null
-    }>(
-      `SELECT scope, operation, key, fingerprint, status, attempts, recovery_point, request_headers FROM ${names.qualified}
+    }>({
+      text: `SELECT scope, operation, key, fingerprint, status, attempts, recovery_point, request_headers FROM ${names.qualified}
 WHERE expires_at > now() AND ($3::boolean = false OR recovery_point IS NOT NULL) AND (
   (status = 'in_progress' AND locked_until <= now() - ($1::float8 * interval '1 millisecond'))
   OR (status = 'failed_retryable' AND updated_at <= now() - ($1::float8 * interval '1 millisecond')))
 ORDER BY updated_at LIMIT $2`,
-      [graceMs, batchSize, withPoint],
-    )
+      values: [graceMs, batchSize, withPoint],
+    })
     for (const row of rows) {
       const { scope, operation, key, fingerprint } = row
       const intent: AbandonedIntent<S> = {

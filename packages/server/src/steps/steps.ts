@@ -1,12 +1,14 @@
 import type pg from 'pg'
 import { defaultClassify } from '../engine/classify.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
-import { STORE_POOL } from '../hooks.js'
+import { STORE_DATABASE } from '../hooks.js'
+import { asDatabase } from '../store/as-database.js'
+import type { Database } from '../store/database.js'
 
 /** What a step receives. */
-export interface StepContext<S> {
+export interface StepContext<S, Tx = pg.PoolClient> {
   /** This step's own transaction: its writes commit together with the recovery point past this step. */
-  tx: pg.PoolClient
+  tx: Tx
   /** The state so far: `initialState` merged with what earlier steps returned (restored after a crash). */
   state: Readonly<S>
   /** The deterministic key for this step's external call: `ctx.stepKey(step.name)`. Send it to the provider. */
@@ -17,7 +19,7 @@ export interface StepContext<S> {
 }
 
 /** One atomic phase. */
-export interface Step<S> {
+export interface Step<S, Tx = pg.PoolClient> {
   /** Unique and stable across deploys: it is the recovery point and part of the external key. */
   name: string
   /**
@@ -25,29 +27,31 @@ export interface Step<S> {
    * into the state (JSON only: the state is stored with the recovery point). May run again after a crash inside
    * it, so the external call must be idempotent under `stepKey`.
    */
-  run(ctx: StepContext<S>): Promise<Partial<S> | undefined> | Partial<S> | undefined
+  run(ctx: StepContext<S, Tx>): Promise<Partial<S> | undefined> | Partial<S> | undefined
   /**
    * Undoes this step when a later step (or `finish`) fails permanently: refund a charge, release a hold. Runs in its
    * own transaction, in reverse order; `ctx.stepKey` is derived from `<name>:compensate`. Must be idempotent: a
    * crash during compensation runs it again on the next attempt.
    */
-  compensate?(ctx: StepContext<S>): Promise<void> | void
+  compensate?(ctx: StepContext<S, Tx>): Promise<void> | void
 }
 
 /** Options of {@link steps}. */
-export interface StepsOptions<S> {
-  /** The pool the steps' own transactions come from (the engine's pool: the recovery point is saved in them). */
-  pool: pg.Pool
+export interface StepsOptions<S, Tx = pg.PoolClient> {
+  /**
+   * The node-postgres pool the steps' own transactions come from, on the engine's database (the recovery point is
+   * saved in them), but not the engine's own pool: each execution holds a connection of that one while a step
+   * takes another. Give `database` instead for another library's datasource.
+   */
+  pool?: pg.Pool
+  /** The datasource the steps' own transactions come from, instead of `pool` (not the engine's own datasource). */
+  database?: Database<Tx>
   /** The phases, in order. */
-  steps: readonly Step<S>[]
+  steps: readonly Step<S, Tx>[]
   /** The state before the first step. Store the request fields a re-drive needs here. @default {} */
   initialState?: S
   /** The last phase: runs in the engine's transaction (`tx`), which also stores the response. */
-  finish(ctx: {
-    tx: pg.PoolClient
-    state: Readonly<S>
-    attempt: number
-  }): Promise<HandlerResponse> | HandlerResponse
+  finish(ctx: { tx: Tx; state: Readonly<S>; attempt: number }): Promise<HandlerResponse> | HandlerResponse
   /**
    * Which step errors are permanent (compensate, then store the failure) rather than retryable (resume later).
    * Pass the same function to `engine.execute({ classify })`.
@@ -87,29 +91,6 @@ export function parseRecoveryPoint<S = unknown>(point: string | null): RecoveryP
   }
 }
 
-async function inTransaction<T>(pool: pg.Pool, work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
-  const tx = await pool.connect()
-  let broken: Error | undefined
-  const onError = (error: Error) => {
-    broken = error
-  }
-  tx.on('error', onError)
-  try {
-    await tx.query('BEGIN')
-    const result = await work(tx)
-    await tx.query('COMMIT')
-    return result
-  } catch (error) {
-    await tx.query('ROLLBACK').catch((rollbackError: Error) => {
-      broken ??= rollbackError
-    })
-    throw error
-  } finally {
-    tx.release(broken)
-    tx.off('error', onError)
-  }
-}
-
 /**
  * Builds an engine handler from atomic phases with recovery points: each step's local writes and the
  * recovery point past it commit in the step's own transaction, so a retry or a takeover resumes after the last
@@ -129,9 +110,9 @@ async function inTransaction<T>(pool: pg.Pool, work: (tx: pg.PoolClient) => Prom
  *   finish: async ({ tx, state }) => ({ status: 201, body: await insertPayment(tx, state) }),
  * }) })
  */
-export function steps<S extends object = Record<string, unknown>>(
-  options: StepsOptions<S>,
-): (ctx: ExecutionContext) => Promise<HandlerResponse> {
+export function steps<S extends object = Record<string, unknown>, Tx = pg.PoolClient>(
+  options: StepsOptions<S, Tx>,
+): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
   if (typeof options === 'object' && options !== null && 'hooks' in options) {
     throw new TypeError(
       "`hooks` is not an option of steps(): fault injection is for tests, through stepsForTesting() from '@oncely/server/testing'.",
@@ -141,14 +122,16 @@ export function steps<S extends object = Record<string, unknown>>(
 }
 
 /** {@link steps} with fault injection (see `@oncely/server/testing`). */
-export function buildSteps<S extends object>(
-  options: StepsOptions<S>,
+export function buildSteps<S extends object, Tx = pg.PoolClient>(
+  options: StepsOptions<S, Tx>,
   hooks: StepsHooks,
-): (ctx: ExecutionContext) => Promise<HandlerResponse> {
+): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
-  const { pool } = options
-  if (typeof pool?.connect !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
+  if ((options.pool === undefined) === (options.database === undefined)) {
+    throw new TypeError('Expected either `pool` (a pg.Pool) or `database` (a datasource), not both.')
+  }
+  const database = options.database ?? asDatabase<Tx>(options.pool as pg.Pool, 'steps({ pool })')
   if (!Array.isArray(options.steps)) throw new TypeError('Expected `steps` to be an array.')
   const names = new Set<string>()
   for (const step of options.steps) {
@@ -164,7 +147,8 @@ export function buildSteps<S extends object>(
   const list = options.steps
 
   return async (ctx) => {
-    if ((ctx as { [STORE_POOL]?: unknown })[STORE_POOL] === pool) {
+    const engines = (ctx as unknown as { [STORE_DATABASE]?: Database<Tx> })[STORE_DATABASE]
+    if (engines !== undefined && engines.source === database.source) {
       throw new TypeError(
         "Expected `pool` of steps() not to be the engine's own pool: each execution holds one of its connections until it answers, and each step would wait for another, so a burst of pool-size executions would wait for each other forever. Give the steps a pool of their own: steps({ pool: new pg.Pool(...) }).",
       )
@@ -176,7 +160,7 @@ export function buildSteps<S extends object>(
       next = list.findIndex((step) => step.name === restored.step) + 1
       if (next === 0) throw new Error(`The recovery point names an unknown step "${restored.step}".`)
     }
-    const context = (tx: pg.PoolClient, stepKey: string): StepContext<S> => ({
+    const context = (tx: Tx, stepKey: string): StepContext<S, Tx> => ({
       tx,
       state,
       stepKey,
@@ -188,16 +172,16 @@ export function buildSteps<S extends object>(
     const compensate = async (before: number) => {
       for (const done of list.slice(0, before).reverse()) {
         if (!done.compensate) continue
-        await inTransaction(pool, async (tx) => {
+        await database.transaction(async (tx) => {
           await done.compensate?.(context(tx, ctx.stepKey(`${done.name}:compensate`)))
         })
       }
     }
 
     for (let index = next; index < list.length; index++) {
-      const step = list[index] as Step<S>
+      const step = list[index] as Step<S, Tx>
       try {
-        state = await inTransaction(pool, async (tx) => {
+        state = await database.transaction(async (tx) => {
           const patch = await step.run(context(tx, ctx.stepKey(step.name)))
           const after = { ...state, ...(patch ?? {}) }
           const point = JSON.stringify({ oncely: 'steps/1', step: step.name, state: after })

@@ -1,7 +1,8 @@
 // The statements of the `reservation: 'lock'` protocol (see lock-reservation.ts): a transaction-scoped advisory
 // lock on the key, the key's row read after it, and the finished record written as one fenced upsert just before
-// COMMIT. Each is an SQL-level prepared statement so it can travel in one simple-protocol message with BEGIN or
-// COMMIT (arguments as literals), and a protocol-level one for large bodies and for `preparedStatements: false`.
+// COMMIT (a datasource may send the lock and the lookup with their BEGIN, and the finish with its COMMIT, in one
+// message each).
+import type { Statement } from './database.js'
 import type { TableNames } from './identifiers.js'
 import {
   FENCE_MARKER,
@@ -9,15 +10,12 @@ import {
   LOOKUP_COLUMNS,
   type LookupRow,
   leaseGuard,
-  literal,
   ms,
+  named,
   PK,
-  type Query,
   type RecordId,
   replaceRow,
-  type SqlStatement,
-  sqlStatement,
-  statement,
+  sqlConstant,
 } from './queries.js'
 
 /**
@@ -33,17 +31,28 @@ import {
  * committed (and so let go of the lock) in between, and run the handler a second time. The next statement's snapshot
  * is taken after the lock was granted: it sees every commit of whoever held the lock before.
  */
-function lockText(names: TableNames, args: readonly string[] = ['$1', '$2', '$3', '$4']): string {
-  const [scope, operation, key, leaseMs] = args as [string, string, string, string]
-  return `SELECT pg_try_advisory_xact_lock(${lockKey(names, scope, operation, key)}) AS locked, ${leaseGuard(leaseMs)} AS lease_guard`
+export function lock(names: TableNames, id: RecordId, leaseGuardMs: number): Statement {
+  return named(
+    names,
+    'lock',
+    ['text', 'text', 'text', 'text'],
+    () => `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard`,
+    [id.scope, id.operation, id.key, String(leaseGuardMs)],
+  )
 }
 
-/** The key's row, read once the lock statement settled (see {@link lockText}). */
-const lockedLookupText = (names: TableNames) => lockedRow(names)
+/** The key's row, read by the statement after {@link lock}. */
+export function lockedLookup(names: TableNames, id: RecordId): Statement {
+  return named(names, 'locked_lookup', ['text', 'text', 'text'], () => lockedRow(names), [
+    id.scope,
+    id.operation,
+    id.key,
+  ])
+}
 
 /** The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3). */
-const lockKey = (names: TableNames, scope = '$1', operation = '$2', key = '$3') =>
-  `hashtextextended(${literal(`${names.qualified}|`)} || length(${scope}) || ':' || ${scope} || '|' || length(${operation}) || ':' || ${operation} || '|' || ${key}, 0)`
+const lockKey = (names: TableNames) =>
+  `hashtextextended(${sqlConstant(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
 
 const lockedRow = (names: TableNames) =>
   `SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
@@ -71,24 +80,24 @@ const holderMs = (
  * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
  * probe that took it, even for one statement, could make a real attempt fail to get it and answer 409 for nothing.
  */
-export function inspectQuery(names: TableNames, id: RecordId): Query {
-  return {
-    ...statement(
-      names,
-      'inspect_lock',
-      () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*
+export function inspect(names: TableNames, id: RecordId): Statement {
+  return named(
+    names,
+    'inspect_lock',
+    ['text', 'text', 'text'],
+    () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*
 FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
-    ),
-    values: [id.scope, id.operation, id.key],
-  }
+    [id.scope, id.operation, id.key],
+  )
 }
 
 /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
-export function holderQuery(names: TableNames, id: RecordId): Query {
-  return {
-    ...statement(names, 'lock_holder', () => `SELECT ${holderMs(names)}`),
-    values: [id.scope, id.operation, id.key],
-  }
+export function holder(names: TableNames, id: RecordId): Statement {
+  return named(names, 'lock_holder', ['text', 'text', 'text'], () => `SELECT ${holderMs(names)}`, [
+    id.scope,
+    id.operation,
+    id.key,
+  ])
 }
 
 /** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
@@ -108,41 +117,6 @@ export interface LockedLookupRow extends LookupRow {
   recovery_point: string | null
   lock_token: string | null
   version: string
-}
-
-/**
- * `BEGIN; EXECUTE lock(...); EXECUTE locked_lookup(...)`: one round trip; the lock's answer is the second result and
- * the key's row (if any) the third.
- */
-export function beginLockAndLookup(
-  names: TableNames,
-  id: RecordId,
-  leaseMs: number,
-): { statements: SqlStatement[]; text: string } {
-  if (!Number.isSafeInteger(leaseMs)) throw new TypeError('Expected `leaseMs` to be an integer.')
-  const lock = sqlStatement(names, 'lock', '(text, text, text, text)', () => lockText(names))
-  const lookup = sqlStatement(names, 'locked_lookup', '(text, text, text)', () => lockedLookupText(names))
-  const key = [id.scope, id.operation, id.key].map(literal).join(', ')
-  return {
-    statements: [lock, lookup],
-    text: `BEGIN; EXECUTE ${lock.name}(${key}, ${literal(String(leaseMs))}); EXECUTE ${lookup.name}(${key})`,
-  }
-}
-
-/**
- * `BEGIN` and the lock statement as one simple-protocol message, its arguments as literals, for
- * `preparedStatements: false` (nothing prepared, so nothing a transaction-mode pooler could lose); the lock's answer
- * is the second result. One round trip, like the BEGIN it replaces.
- */
-export function beginLock(names: TableNames, id: RecordId, leaseMs: number): string {
-  if (!Number.isSafeInteger(leaseMs)) throw new TypeError('Expected `leaseMs` to be an integer.')
-  return `BEGIN; ${lockText(names, [id.scope, id.operation, id.key, String(leaseMs)].map(literal))}`
-}
-
-/** The row lookup with parameters, sent after {@link lockQuery} settled. */
-export function lockedLookupQuery(names: TableNames, id: RecordId): Query {
-  const { text } = statement(names, 'locked_lookup', () => lockedLookupText(names))
-  return { text, values: [id.scope, id.operation, id.key] }
 }
 
 /** What the finishing upsert stores. */
@@ -189,14 +163,28 @@ function finishText(names: TableNames, fenced: boolean): string {
 VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
 ON CONFLICT (scope, operation, key) DO UPDATE SET
   ${replaceRow({
-    status: `CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${literal(` ${FENCE_MARKER}`)})::int::text END`,
+    status: `CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${sqlConstant(` ${FENCE_MARKER}`)})::int::text END`,
     attempts: 'excluded.attempts',
     recoveryPoint: KEEP_RECOVERY_POINT,
   })}`
 }
 
-const FINISH_TYPES =
-  '(text, text, text, text, text, integer, jsonb, bytea, jsonb, text, text, float8, integer, uuid)'
+const FINISH_TYPES = [
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'integer',
+  'jsonb',
+  'bytea',
+  'jsonb',
+  'text',
+  'text',
+  'float8',
+  'integer',
+  'uuid',
+]
 
 function finishValues(id: RecordId, record: FinishRecord): unknown[] {
   return [
@@ -217,47 +205,15 @@ function finishValues(id: RecordId, record: FinishRecord): unknown[] {
   ]
 }
 
-/** `EXECUTE finish(...); COMMIT` as one simple-protocol message (for bodies up to {@link INLINE_BODY_BYTES}). */
-export function finishAndCommit(
-  names: TableNames,
-  id: RecordId,
-  record: FinishRecord,
-  fenced: boolean,
-): { statement: SqlStatement; text: string } {
-  if (![record.retentionMs, record.response.status, record.attempt].every(Number.isSafeInteger)) {
-    throw new TypeError('Expected `retentionMs`, `attempt` and the response status to be integers.')
-  }
-  const statement = sqlStatement(names, fenced ? 'finish' : 'finish_unfenced', FINISH_TYPES, () =>
-    finishText(names, fenced),
+/** The finishing upsert, sent last before the COMMIT. */
+export function finish(names: TableNames, id: RecordId, record: FinishRecord, fenced: boolean): Statement {
+  return named(
+    names,
+    fenced ? 'finish' : 'finish_unfenced',
+    FINISH_TYPES,
+    () => finishText(names, fenced),
+    finishValues(id, record),
   )
-  const text = (value: string | null) => (value === null ? 'NULL' : literal(value))
-  const [scope, operation, key, fingerprint, status, , headers, , requestHeaders, version, seenStatus] =
-    finishValues(id, record) as (string | null)[]
-  const args = [
-    text(scope!),
-    text(operation!),
-    text(key!),
-    text(fingerprint!),
-    text(status!),
-    String(record.response.status),
-    text(headers!),
-    `decode('${record.response.body.toString('hex')}', 'hex')`,
-    text(requestHeaders ?? null),
-    text(version ?? null),
-    text(seenStatus ?? null),
-    String(record.retentionMs),
-    String(record.attempt),
-    literal(record.token),
-  ]
-  return { statement, text: `EXECUTE ${statement.name}(${args.join(', ')}); COMMIT` }
-}
-
-/** The finishing upsert with parameters (large bodies; `preparedStatements: false` sends it unnamed). */
-export function finishQuery(names: TableNames, id: RecordId, record: FinishRecord, fenced: boolean): Query {
-  return {
-    ...statement(names, fenced ? 'finish' : 'finish_unfenced', () => finishText(names, fenced)),
-    values: finishValues(id, record),
-  }
 }
 
 /** What a recovery point saved under the lock protocol writes. */
@@ -278,7 +234,7 @@ export interface LockedRecoveryPoint {
  * behaves as in the row protocol if this attempt dies: duplicates get 409 until the lease runs out, then the next
  * attempt takes over with the saved point. Fenced like the finish; zero rows means another attempt got the key.
  */
-export function saveRecoveryPoint(names: TableNames, id: RecordId, save: LockedRecoveryPoint): Query {
+export function saveRecoveryPoint(names: TableNames, id: RecordId, save: LockedRecoveryPoint): Statement {
   const t = names.qualified
   return {
     text: `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until,

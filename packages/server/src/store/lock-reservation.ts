@@ -4,8 +4,7 @@
 // its transaction lives: a crash frees it at once, and the lease guard makes Postgres end the transaction of a
 // holder that stopped while alive. Nothing is written for the key until the commit, except by a recovery point.
 import { randomUUID } from 'node:crypto'
-import type pg from 'pg'
-import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
+import { firstRow, type Session } from './database.js'
 import * as lq from './lock-queries.js'
 import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
@@ -16,9 +15,8 @@ import {
   type ReserveRequest,
   recordState,
 } from './reservation.js'
-import { sideLane } from './side-lane.js'
 
-export interface LockClaim extends Claim {
+export interface LockClaim<Tx = unknown> extends Claim<Tx> {
   /** The row version the attempt saw after taking the lock (null: there was no row); the finish is fenced on it. */
   readonly seen: { version: string; status: string } | null
   /** Created by the first recovery point: the row it writes carries it, and the finish accepts that row. */
@@ -28,54 +26,42 @@ export interface LockClaim extends Claim {
 /** A uuid no row carries: the finish's token when the attempt saved no recovery point. */
 const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 
-export function lockReservation(store: ResolvedStore, fenced: boolean): ReservationProtocol<LockClaim> {
-  const { pool, names } = store
-  const send = (query: q.Query) => sendable(query, store)
+export function lockReservation<Tx>(
+  store: ResolvedStore<Tx>,
+  fenced: boolean,
+): ReservationProtocol<LockClaim<Tx>> {
+  const { database, names } = store
   // The lease guard is a fence too: the unfenced engine goes without it.
   const guardMs = (request: ReserveRequest) => (fenced ? request.leaseMs : 0)
 
   /**
-   * BEGINs on `client`, takes the key's advisory lock, arms the lease guard, then reads the row (in a statement of
-   * its own, so its snapshot follows the lock: see lockText in lock-queries.ts).
+   * BEGINs on the session, takes the key's advisory lock, arms the lease guard, then reads the row (in a statement of
+   * its own, so its snapshot follows the lock: see lq.lock).
    */
   async function lockAndLookup(
-    client: pg.PoolClient,
+    session: Session<Tx>,
     request: ReserveRequest,
   ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined }> {
-    let locked: boolean
-    let row: lq.LockedLookupRow | undefined
-    if (!preparesStatements(store)) {
-      const results = (await client.query(
-        lq.beginLock(names, request.id, guardMs(request)),
-      )) as unknown as pg.QueryResult[]
-      locked = (results[1]?.rows[0] as lq.Locked | undefined)?.locked === true
-      row = (await client.query<lq.LockedLookupRow>(lq.lockedLookupQuery(names, request.id))).rows[0]
-    } else {
-      const { statements, text } = lq.beginLockAndLookup(names, request.id, guardMs(request))
-      for (const statement of statements) await prepare(client, statement)
-      // One result per statement of the message: BEGIN, the lock, the lookup.
-      const results = (await client.query(text)) as unknown as pg.QueryResult[]
-      locked = (results[1]?.rows[0] as lq.Locked | undefined)?.locked === true
-      row = results[2]?.rows[0] as lq.LockedLookupRow | undefined
-    }
-    return { locked, row }
+    const results = await session.run([
+      'BEGIN',
+      lq.lock(names, request.id, guardMs(request)),
+      lq.lockedLookup(names, request.id),
+    ])
+    const row = firstRow<lq.LockedLookupRow>(results[2])
+    return { locked: firstRow<lq.Locked>(results[1])?.locked === true, row }
   }
 
   /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
-  async function finishOn(client: pg.PoolClient, claim: LockClaim, record: lq.FinishRecord): Promise<void> {
-    const { id } = claim.request
-    if (preparesStatements(store) && record.response.body.length <= q.INLINE_BODY_BYTES) {
-      const { statement, text } = lq.finishAndCommit(names, id, record, fenced)
-      await prepare(client, statement)
-      await client.query(text)
-      return
-    }
-    await client.query(send(lq.finishQuery(names, id, record, fenced)))
-    await client.query('COMMIT')
+  async function finishOn(
+    session: Session<Tx>,
+    claim: LockClaim<Tx>,
+    record: lq.FinishRecord,
+  ): Promise<void> {
+    await session.run([lq.finish(names, claim.request.id, record, fenced), 'COMMIT'])
   }
 
   const finishRecord = (
-    claim: LockClaim,
+    claim: LockClaim<Tx>,
     status: 'succeeded' | 'failed_permanent',
     response: lq.FinishRecord['response'],
   ): lq.FinishRecord => ({
@@ -115,33 +101,26 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
 
   return {
     async reserve(request) {
-      const client = await pool.connect()
+      const session = await database.session()
       let found: { locked: boolean; row: lq.LockedLookupRow | undefined }
-      try {
-        found = await lockAndLookup(client, request)
-      } catch (error) {
-        client.release(error as Error)
-        throw error
-      }
-      const { locked, row } = found
       let state: Inspection
       try {
-        state = await answer(locked, row, request.fingerprint, async () => {
-          const asked = await client.query<{ holder_ms: number | null }>(
-            send(lq.holderQuery(names, request.id)),
-          )
-          return asked.rows[0]?.holder_ms ?? null
+        found = await lockAndLookup(session, request)
+        state = await answer(found.locked, found.row, request.fingerprint, async () => {
+          const asked = await session.run([lq.holder(names, request.id)])
+          return firstRow<{ holder_ms: number | null }>(asked[0])?.holder_ms ?? null
         })
       } catch (error) {
-        client.release(error as Error)
+        session.release(error as Error)
         throw error
       }
+      const { row } = found
       if (state.kind === 'free') {
         // A row that is not expired is an earlier attempt's: released after a retryable failure, or abandoned.
         const earlier = row && !row.expired ? row : undefined
-        const claim: LockClaim = {
+        const claim: LockClaim<Tx> = {
           request,
-          client,
+          session,
           attempt: earlier ? earlier.attempts + 1 : 1,
           recoveryPoint: earlier?.recovery_point ?? null,
           replaced: row?.expired ? 'expired' : row?.status === 'in_progress' ? 'takeover' : null,
@@ -154,19 +133,22 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
         return { kind: 'claimed', claim }
       }
       // Not ours to run: end the transaction without making the answer wait.
-      void endTransaction(client)
+      void session.run(['ROLLBACK']).then(
+        () => session.release(),
+        (error) => session.release(error as Error),
+      )
       return state
     },
 
     async inspect(request, on) {
-      const found = (await on.query<lq.InspectedLock>(send(lq.inspectQuery(names, request.id)))).rows[0]
+      const found = firstRow<lq.InspectedLock>(await on(lq.inspect(names, request.id)))
       const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
       return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
     },
 
     async complete(claim, status, response) {
       try {
-        await finishOn(claim.client, claim, finishRecord(claim, status, response))
+        await finishOn(claim.session, claim, finishRecord(claim, status, response))
         return true
       } catch (error) {
         if (q.isFenceError(error)) return false
@@ -175,28 +157,28 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
     },
 
     async fail(claim, response) {
-      // The rollback ended the lock with the handler's writes: take it again, on the attempt's own client, to store
+      // The rollback ended the lock with the handler's writes: take it again, on the attempt's own session, to store
       // the failure, fenced on the row version the attempt first saw, so a record another attempt wrote meanwhile
       // stays. A fenced or refused finish leaves the transaction open: end it.
-      const { client } = claim
+      const { session } = claim
       let stored = false
       try {
-        const { locked } = await lockAndLookup(client, claim.request)
+        const { locked } = await lockAndLookup(session, claim.request)
         if (locked) {
-          await finishOn(client, claim, finishRecord(claim, 'failed_permanent', response))
+          await finishOn(session, claim, finishRecord(claim, 'failed_permanent', response))
           stored = true
         }
       } catch (error) {
         if (!q.isFenceError(error)) throw error
       }
-      if (!stored) await client.query('ROLLBACK')
+      if (!stored) await session.run(['ROLLBACK'])
       return stored
     },
 
     async release(claim, on) {
       // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
       // the token) so the next attempt need not wait out its lease.
-      if (claim.token !== undefined) await on.query(send(q.release(names, claim.request.id, claim.token)))
+      if (claim.token !== undefined) await on(q.release(names, claim.request.id, claim.token))
     },
 
     async renew(claim) {
@@ -204,10 +186,7 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
       // transaction: nothing to renew.
       if (claim.token === undefined) return true
       const { request } = claim
-      const renewed = await sideLane(pool).query(
-        send(q.renew(names, request.id, claim.token, request.leaseMs)),
-      )
-      return renewed.rowCount === 1
+      return (await database.side(q.renew(names, request.id, claim.token, request.leaseMs))).rowCount === 1
     },
 
     async saveRecoveryPoint(claim, point, tx) {
@@ -222,7 +201,8 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
         requestHeaders: claim.request.requestHeaders,
         seen: claim.seen,
       })
-      return (await (tx ?? sideLane(pool)).query(save)).rowCount === 1
+      const saved = tx === undefined ? await database.side(save) : await database.execute(tx as Tx, save)
+      return saved.rowCount === 1
     },
   }
 }

@@ -1,4 +1,6 @@
 import type pg from 'pg'
+import { asDatabase } from './as-database.js'
+import type { Database } from './database.js'
 import { checkIdentifier, quoteIdent } from './identifiers.js'
 import { MIGRATION_TEMPLATES } from './migration-sql.js'
 
@@ -59,52 +61,52 @@ export interface MigrateResult {
 /**
  * Creates the schema and applies pending migrations in one transaction, under a transaction-scoped advisory lock,
  * so any number of instances can call it at start-up at once: one applies, the others wait and find nothing to do.
- * Applied migrations are recorded in `<schema>.oncely_migrations`.
+ * Applied migrations are recorded in `<schema>.oncely_migrations`. Takes your node-postgres pool, or the datasource
+ * of another library.
  *
  * @example
  * await migrate(pool, { schema: 'oncely' })
+ * await migrate(kyselyDatabase({ db }))
  */
-export async function migrate(pool: pg.Pool, target: MigrationTarget = {}): Promise<MigrateResult> {
+export async function migrate(on: pg.Pool | Database, target: MigrationTarget = {}): Promise<MigrateResult> {
+  const database = asDatabase(on, 'migrate()')
   const list = renderMigrations(target)
   const schema = quoteIdent(target.schema ?? DEFAULT_SCHEMA)
   const table = target.table ?? DEFAULT_TABLE
-  const client = await pool.connect()
-  let failure: unknown
-  const onError = (error: unknown) => {
-    failure = error
-  }
-  client.on('error', onError)
-  try {
-    await client.query('BEGIN')
-    await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:migrate:${schema}`])
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${schema}.${quoteIdent(LEDGER)} (
+  const ledger = `${schema}.${quoteIdent(LEDGER)}`
+  return database.transaction(async (tx) => {
+    const run = (text: string, values: unknown[] = []) => database.execute(tx, { text, values })
+    await run('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:migrate:${schema}`])
+    await run(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
+    await run(
+      `CREATE TABLE IF NOT EXISTS ${ledger} (
         table_name text NOT NULL, id integer NOT NULL, name text NOT NULL,
         applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (table_name, id))`,
     )
-    const done = await client.query<{ id: number }>(
-      `SELECT id FROM ${schema}.${quoteIdent(LEDGER)} WHERE table_name = $1`,
-      [table],
-    )
-    const doneIds = new Set(done.rows.map((row) => row.id))
+    const done = await run(`SELECT id FROM ${ledger} WHERE table_name = $1`, [table])
+    const doneIds = new Set(done.rows.map((row) => row.id as number))
     const applied: string[] = []
     for (const migration of list) {
       if (doneIds.has(migration.id)) continue
-      await client.query(migration.sql)
-      await client.query(
-        `INSERT INTO ${schema}.${quoteIdent(LEDGER)} (table_name, id, name) VALUES ($1, $2, $3)`,
-        [table, migration.id, migration.name],
-      )
+      for (const statement of splitStatements(migration.sql)) await run(statement)
+      await run(`INSERT INTO ${ledger} (table_name, id, name) VALUES ($1, $2, $3)`, [
+        table,
+        migration.id,
+        migration.name,
+      ])
       applied.push(migration.name)
     }
-    await client.query('COMMIT')
     return { applied }
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  } finally {
-    client.release(failure instanceof Error ? failure : undefined)
-    client.off('error', onError)
-  }
+  })
+}
+
+/**
+ * A migration's statements one by one: libraries that send statements with parameters (the extended protocol)
+ * take one statement per call. The migrations' SQL has no semicolon inside a string, comment or body.
+ */
+function splitStatements(sql: string): string[] {
+  return sql
+    .split(/;\s*(?:\n|$)/)
+    .map((part) => part.replace(/^\s*(--[^\n]*\n\s*)*/g, '').trim())
+    .filter((part) => part !== '')
 }

@@ -1,35 +1,56 @@
 import type pg from 'pg'
+import { nodePostgres } from '../datasources/node-postgres.js'
+import type { Database } from './database.js'
 import { checkIdentifier, type TableNames, tableNames } from './identifiers.js'
 import { DEFAULT_SCHEMA, DEFAULT_TABLE } from './migrations.js'
 
-/** Options of {@link postgresStore}. */
-export interface PostgresStoreOptions {
-  /**
-   * Your pool, on the database that holds your business tables too, so key records and business writes commit in
-   * one transaction. The store adds an `'error'` listener to it (an idle client losing its connection must not
-   * crash the process) and never ends it.
-   */
-  pool: pg.Pool
+interface TableOptions {
   /** @default 'oncely' */
   schema?: string
   /** @default 'idempotency_keys' */
   table?: string
+}
+
+/** Options of {@link postgresStore} over a node-postgres pool. */
+export interface PoolStoreOptions extends TableOptions {
+  /**
+   * Your pool, on the database that holds your business tables too, so key records and business writes commit in
+   * one transaction. The store adds an `'error'` listener to it (an idle client losing its connection must not
+   * crash the process) and never ends it. Handlers get a `pg.PoolClient` as `ctx.tx`.
+   */
+  pool: pg.Pool
   /**
    * Prepare the engine's statements once per connection and send the reservation with `BEGIN`, and the completion
-   * with `COMMIT`, in one message each (two round trips fewer per new key, no planning per request). Set `false`
-   * behind a pooler in transaction mode (PgBouncer, RDS Proxy...), where the next statement may reach another
-   * server connection that never saw the `PREPARE`: every statement is then sent unnamed, with parameters.
+   * with `COMMIT`, in one message each (no planning per request). Set `false` behind a pooler in transaction mode
+   * (PgBouncer, RDS Proxy...), where the next statement may reach another server connection that never saw the
+   * `PREPARE`: statements are then planned where they run (still one message each).
    * @default true
    * @example
    * postgresStore({ pool: pgbouncerPool, preparedStatements: false })
    */
   preparedStatements?: boolean
+  database?: undefined
 }
 
+/** Options of {@link postgresStore} over any datasource. */
+export interface DatabaseStoreOptions<Tx> extends TableOptions {
+  /**
+   * The datasource of your database library (`nodePostgres({ pool })`, or one of `@oncely/server/postgres-js`,
+   * `/drizzle`, `/kysely`, `/knex`, `/prisma`, `/typeorm`, `/pglite`), on the database that holds your business
+   * tables too. Handlers get that library's own transaction object as `ctx.tx`.
+   */
+  database: Database<Tx>
+  pool?: undefined
+  preparedStatements?: undefined
+}
+
+/** Options of {@link postgresStore}: a node-postgres `pool`, or the `database` of any datasource. */
+export type PostgresStoreOptions<Tx = pg.PoolClient> = PoolStoreOptions | DatabaseStoreOptions<Tx>
+
 /** Where the engine keeps key records. Create with {@link postgresStore}. */
-export interface PostgresStore {
-  /** The pool it was created with. */
-  readonly pool: pg.Pool
+export interface PostgresStore<Tx = pg.PoolClient> {
+  /** The datasource its statements go through. */
+  readonly database: Database<Tx>
   /** The schema of the key table. */
   readonly schema: string
   /** The key table. */
@@ -37,63 +58,52 @@ export interface PostgresStore {
 }
 
 /** What the engine and the other layers use of a store; not part of the public API. */
-export interface ResolvedStore {
-  readonly pool: pg.Pool
+export interface ResolvedStore<Tx = unknown> {
+  readonly database: Database<Tx>
   readonly names: TableNames
-  readonly preparedStatements: boolean
 }
 
-const resolved = new WeakMap<PostgresStore, ResolvedStore>()
+const resolved = new WeakMap<PostgresStore<never>, ResolvedStore<never>>()
 
 /** The store's internals, or a TypeError naming `option` when `store` was not made by {@link postgresStore}. */
-export function resolveStore(store: unknown, option = 'store'): ResolvedStore {
-  const found = typeof store === 'object' && store !== null ? resolved.get(store as PostgresStore) : undefined
+export function resolveStore<Tx>(store: PostgresStore<Tx> | unknown, option = 'store'): ResolvedStore<Tx> {
+  const found =
+    typeof store === 'object' && store !== null ? resolved.get(store as PostgresStore<never>) : undefined
   if (!found) throw new TypeError(`Expected \`${option}\` to be a postgresStore().`)
-  return found
+  return found as ResolvedStore<Tx>
 }
 
 /**
- * The Postgres store: the table created by `migrate()` on your pool.
+ * The Postgres store: the table created by `migrate()`, reached through your pool or your library's datasource.
  *
  * @example
  * const store = postgresStore({ pool, schema: 'oncely', table: 'idempotency_keys' })
+ * const drizzleStore = postgresStore({ database: drizzleDatabase({ db }) }) // from '@oncely/server/drizzle'
  */
-export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+export function postgresStore(options: PoolStoreOptions): PostgresStore<pg.PoolClient>
+export function postgresStore<Tx>(options: DatabaseStoreOptions<Tx>): PostgresStore<Tx>
+export function postgresStore<Tx>(options: PostgresStoreOptions<Tx>): PostgresStore<Tx | pg.PoolClient> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
-  const { pool } = options
-  if (typeof pool?.connect !== 'function' || typeof pool.query !== 'function') {
-    throw new TypeError('Expected `pool` to be a pg.Pool.')
+  let database: Database<Tx | pg.PoolClient>
+  if (options.database !== undefined) {
+    if (options.pool !== undefined) throw new TypeError('Expected either `pool` or `database`, not both.')
+    if (typeof options.database?.session !== 'function' || typeof options.database.query !== 'function') {
+      throw new TypeError('Expected `database` to be a datasource, such as nodePostgres({ pool }).')
+    }
+    database = options.database
+  } else {
+    if (typeof options.pool?.connect !== 'function' || typeof options.pool.query !== 'function') {
+      throw new TypeError('Expected `pool` to be a pg.Pool (or pass the `database` of another datasource).')
+    }
+    database = nodePostgres({ pool: options.pool, preparedStatements: options.preparedStatements ?? true })
   }
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
   const table = checkIdentifier('table', options.table ?? DEFAULT_TABLE)
-  const preparedStatements = options.preparedStatements ?? true
-  if (typeof preparedStatements !== 'boolean')
-    throw new TypeError('Expected `preparedStatements` to be a boolean.')
-  guardPool(pool)
-  const store: PostgresStore = Object.freeze({ pool, schema, table })
-  resolved.set(store, { pool, names: tableNames(schema, table), preparedStatements })
+  const store: PostgresStore<Tx | pg.PoolClient> = Object.freeze({ database, schema, table })
+  resolved.set(
+    store as PostgresStore<never>,
+    { database, names: tableNames(schema, table) } as ResolvedStore<never>,
+  )
   return store
-}
-
-const guarded = new WeakSet<object>()
-const ignore = () => {}
-
-/**
- * Makes sure no client of the pool can crash the process with an unhandled 'error' event. pg-pool leaves a window
- * with no listener at all: it hands a client to `pool.connect()` through a promise, so if the same socket read also
- * carries the server's FATAL "terminating connection" message, 'error' is emitted before the caller's continuation
- * can attach its listener (regression: connection-kill.test.ts). A permanent listener attached on 'acquire', which
- * pg-pool emits synchronously before handing the client out, closes it. The error still reaches whoever is using
- * the client through its failed query.
- */
-function guardPool(pool: pg.Pool): void {
-  if (guarded.has(pool)) return
-  guarded.add(pool)
-  if (pool.listenerCount('error') === 0) pool.on('error', ignore)
-  pool.on('acquire', (client) => {
-    if (guarded.has(client)) return
-    guarded.add(client)
-    client.on('error', ignore)
-  })
 }

@@ -1,17 +1,10 @@
-// Every statement the engine sends, as small functions returning { text, values } with $n parameters only. The
-// table name is quoted once, in tableNames(); all times come from the database clock (now()).
+// Every statement the engine sends, as small functions returning a Statement (store/database.ts): parameterised
+// text with $n parameters only, their values, and their types. Each text exists once; a datasource decides how it
+// travels (prepared, in one message with BEGIN or COMMIT, or on its own). The table name is quoted once, in
+// tableNames(); all times come from the database clock (now()).
 import { createHash } from 'node:crypto'
+import type { Statement } from './database.js'
 import type { TableNames } from './identifiers.js'
-
-export interface Query {
-  /**
-   * Set on the hot statements: node-postgres then prepares the statement once per connection and Postgres reuses
-   * its plan, instead of parsing and planning it again on every request (planning cost as much as executing).
-   */
-  name?: string
-  text: string
-  values: unknown[]
-}
 
 // A prepared statement's name must be unique per text on a connection (node-postgres refuses a known name with
 // another text), so it is derived from the text itself: two stores on different tables, or the unfenced completion,
@@ -31,16 +24,26 @@ function once<T>(names: TableNames, kind: string, create: () => T): T {
 
 const textHash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 24)
 
-export function statement(
+/** A statement sent on every request, with its values: named after its text and typed, so it can be prepared. */
+export function named(
   names: TableNames,
   kind: string,
+  types: readonly string[],
   build: () => string,
-): { name: string; text: string } {
-  return once(names, kind, () => {
+  values: readonly unknown[],
+): Statement {
+  const { name, text } = once(names, kind, () => {
     const text = build()
     return { name: `oncely_${kind}_${textHash(text)}`, text }
   })
+  return { name, text, types, values }
 }
+
+/** A constant string as an SQL literal (for text the statements embed, never for values). */
+export const sqlConstant = (value: string): string => `'${value.replaceAll("'", "''")}'`
+
+/** The three parameters every key statement starts with. */
+const ID_TYPES = ['text', 'text', 'text'] as const
 
 export interface RecordId {
   scope: string
@@ -57,42 +60,15 @@ export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expir
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
-const NEEDS_ESCAPE = /['\\]/
-
-/** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
-export function literal(value: string): string {
-  // Most values (uuids, hex digests, plain keys) need no escaping: one scan instead of two replacements.
-  if (!NEEDS_ESCAPE.test(value)) return `'${value}'`
-  const quoted = `'${value.replaceAll("'", "''")}'`
-  return value.includes('\\') ? ` E${quoted.replaceAll('\\', '\\\\')}` : quoted
-}
-
-/** An SQL-level prepared statement: its name, and the PREPARE to send once per connection. */
-export interface SqlStatement {
-  name: string
-  prepare: string
-}
-
-export function sqlStatement(
-  names: TableNames,
-  kind: string,
-  types: string,
-  build: () => string,
-): SqlStatement {
-  return once(names, `sql ${kind}`, () => {
-    const text = build()
-    // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
-    const name = `oncely_${kind}_${textHash(text)}_sql`
-    return { name, prepare: `PREPARE ${name}${types} AS ${text}` }
-  })
-}
-
 /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
-export function lookup(names: TableNames, id: RecordId): Query {
-  return {
-    ...statement(names, 'lookup', () => `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`),
-    values: [id.scope, id.operation, id.key],
-  }
+export function lookup(names: TableNames, id: RecordId): Statement {
+  return named(
+    names,
+    'lookup',
+    ID_TYPES,
+    () => `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`,
+    [id.scope, id.operation, id.key],
+  )
 }
 
 export interface LookupRow {
@@ -111,9 +87,6 @@ export interface LookupRow {
   response_headers: Record<string, string> | null
   response_body: Buffer | null
 }
-
-/** Bodies up to this size travel as a hex literal with the COMMIT; larger ones as a binary parameter. */
-export const INLINE_BODY_BYTES = 32_768
 
 /**
  * What makes a fenced statement fail when the key record is no longer this attempt's. The statement casts this text
@@ -174,17 +147,16 @@ export function isLeaseLost(error: unknown): boolean {
 }
 
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
-export function release(names: TableNames, id: RecordId, token: string): Query {
-  return {
-    ...statement(
-      names,
-      'release',
-      () => `UPDATE ${names.qualified} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
+export function release(names: TableNames, id: RecordId, token: string): Statement {
+  return named(
+    names,
+    'release',
+    [...ID_TYPES, 'uuid'],
+    () => `UPDATE ${names.qualified} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
   updated_at = now()
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
-    ),
-    values: [id.scope, id.operation, id.key, token],
-  }
+    [id.scope, id.operation, id.key, token],
+  )
 }
 
 /**
@@ -193,21 +165,20 @@ WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
  * not revived (a renewal sent before a stall can arrive after it, when another attempt is entitled to the key). The
  * expiry is pushed out too when the lease would outlive it. Zero rows means the key is no longer this attempt's.
  */
-export function renew(names: TableNames, id: RecordId, token: string, leaseMs: number): Query {
-  return {
-    ...statement(
-      names,
-      'renew',
-      () => `UPDATE ${names.qualified} SET locked_until = now() + ${ms('$5')},
+export function renew(names: TableNames, id: RecordId, token: string, leaseMs: number): Statement {
+  return named(
+    names,
+    'renew',
+    [...ID_TYPES, 'uuid', 'float8'],
+    () => `UPDATE ${names.qualified} SET locked_until = now() + ${ms('$5')},
   expires_at = greatest(expires_at, now() + ${ms('$5')})
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress' AND locked_until > now()`,
-    ),
-    values: [id.scope, id.operation, id.key, token, leaseMs],
-  }
+    [id.scope, id.operation, id.key, token, leaseMs],
+  )
 }
 
 /** Records how far a multi-step handler got, committed on its own so it survives a crash; fenced. */
-export function saveRecoveryPoint(names: TableNames, id: RecordId, token: string, point: string): Query {
+export function saveRecoveryPoint(names: TableNames, id: RecordId, token: string, point: string): Statement {
   return {
     text: `UPDATE ${names.qualified} SET recovery_point = $5, updated_at = now()
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
@@ -216,7 +187,7 @@ WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
 }
 
 /** Deletes a key record whatever its state, so the key is new again (`engine.forget`). */
-export function forget(names: TableNames, id: RecordId): Query {
+export function forget(names: TableNames, id: RecordId): Statement {
   return { text: `DELETE FROM ${names.qualified} WHERE ${PK}`, values: [id.scope, id.operation, id.key] }
 }
 
@@ -224,7 +195,7 @@ export function forget(names: TableNames, id: RecordId): Query {
  * Deletes up to `batchSize` expired rows. SKIP LOCKED lets several reapers (and reservations reviving an expired
  * key) run at once without waiting on each other; the outer expiry check re-tests rows changed meanwhile.
  */
-export function reap(names: TableNames, batchSize: number): Query {
+export function reap(names: TableNames, batchSize: number): Statement {
   const t = names.qualified
   return {
     text: `DELETE FROM ${t} WHERE ctid IN (

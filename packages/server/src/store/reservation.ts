@@ -2,8 +2,8 @@
 // 'lock'). The runner owns everything an attempt does around the handler (the transaction's life, rollback,
 // classification, size checks, events, the replay cache, the bounded wait); a protocol owns only the SQL of
 // claiming, finishing, failing and releasing a key.
-import type pg from 'pg'
 import type { StoredResponse } from '../engine/types.js'
+import type { Rows, Session, Statement } from './database.js'
 import type { LookupRow, RecordId } from './queries.js'
 
 /** What one attempt asks to reserve. */
@@ -15,10 +15,10 @@ export interface ReserveRequest {
   requestHeaders: Record<string, string> | null
 }
 
-/** A key this attempt holds. Its business transaction is open on `client` (with the lease guard armed). */
-export interface Claim {
+/** A key this attempt holds. Its business transaction is open on `session` (with the lease guard armed). */
+export interface Claim<Tx = unknown> {
   readonly request: ReserveRequest
-  readonly client: pg.PoolClient
+  readonly session: Session<Tx>
   /** 1 for the first execution of the key, then 2, 3... (see `ExecutionContext.attempt`). */
   readonly attempt: number
   /** The recovery point an earlier attempt saved, or null. */
@@ -51,37 +51,38 @@ export type Reservation<C extends Claim = Claim> =
   | { kind: 'raced' }
 
 /**
- * Where a statement that follows an attempt's business transaction runs: the attempt's own client, idle again once
- * the transaction ended, or (once the attempt gave a broken client back) the pool. Never a second connection while
- * the attempt holds one: with every connection held by attempts waiting for another, nothing would answer again.
+ * Where a statement that follows an attempt's business transaction runs: the attempt's own session, idle again once
+ * the transaction ended, or (once the attempt gave a broken connection back) the pool. Never a second connection
+ * while the attempt holds one: with every connection held by attempts waiting for another, nothing would answer.
  */
-export type Connection = pg.ClientBase | pg.Pool
+export type Exec = (statement: Statement) => Promise<Rows>
 
 /**
  * One reservation protocol. Every method that is handed a claim acts only while the claim still holds the key
  * (fenced): a claim that lost its key meanwhile gets `false` and changes nothing.
  */
-export interface ReservationProtocol<C extends Claim = Claim> {
+export interface ReservationProtocol<C extends Claim = Claim<unknown>> {
   /**
    * Connects and reserves. When claimed, the business transaction is open on the claim's client, which the caller
    * then owns. Otherwise the client is already back in the pool. Rejects when the store fails.
    */
   reserve(request: ReserveRequest): Promise<Reservation<C>>
   /** What a reservation would find, without claiming or writing anything, on `on`. Rejects when the store fails. */
-  inspect(request: ReserveRequest, on: Connection): Promise<Inspection>
+  inspect(request: ReserveRequest, on: Exec): Promise<Inspection>
   /** Writes the finished record and commits, in the business transaction. False when fenced out (still open). */
   complete(claim: C, status: 'succeeded' | 'failed_permanent', response: StoredResponse): Promise<boolean>
   /**
-   * Stores a permanent failure after the business transaction was rolled back, on the claim's client (idle again).
+   * Stores a permanent failure after the business transaction was rolled back, on the claim's session (idle again).
    * False when fenced out. The client is outside any transaction when it settles, whatever the answer.
    */
   fail(claim: C, response: StoredResponse): Promise<boolean>
   /** Frees the key after the business transaction was rolled back, on `on`, so the next attempt runs at once. */
-  release(claim: C, on: Connection): Promise<void>
+  release(claim: C, on: Exec): Promise<void>
   /**
-   * Saves a recovery point, committed at once on the side lane (or with `tx`'s transaction). False when fenced out.
+   * Saves a recovery point, committed at once on the side lane, or on `tx` (a transaction of the caller's, in the
+   * library's own type), to commit with it. False when fenced out.
    */
-  saveRecoveryPoint(claim: C, point: string, tx?: pg.ClientBase): Promise<boolean>
+  saveRecoveryPoint(claim: C, point: string, tx?: unknown): Promise<boolean>
   /**
    * Extends the lease a live attempt holds in the key's row, committed at once on the side lane; resolves `false`
    * when the key is no longer the attempt's, `true` otherwise (also when the protocol keeps no lease in a row).

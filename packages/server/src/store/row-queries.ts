@@ -1,5 +1,6 @@
 // The statements of the `reservation: 'row'` protocol (see row-reservation.ts): the key row committed as
 // `in_progress` under a lease before the business transaction, and completed in it, fenced on the lock token.
+import type { Statement } from './database.js'
 import type { TableNames } from './identifiers.js'
 import {
   FENCE_MARKER,
@@ -7,15 +8,12 @@ import {
   LOOKUP_COLUMNS,
   type LookupRow,
   leaseGuard,
-  literal,
   ms,
+  named,
   PK,
-  type Query,
   type RecordId,
   replaceRow,
-  type SqlStatement,
-  sqlStatement,
-  statement,
+  sqlConstant,
 } from './queries.js'
 
 /** What the reservation stores about the request. */
@@ -74,11 +72,17 @@ SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reser
 FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`
 }
 
-/** The reservation with parameters (for `preparedStatements: false`, sent unnamed). */
-export function reserve(names: TableNames, id: RecordId, args: ReserveArgs): Query {
-  return {
-    ...statement(names, 'reserve', () => reserveText(names)),
-    values: [
+/**
+ * The reservation, with its values. The row protocol sends it in a transaction of its own, ahead of the business
+ * transaction's BEGIN and its lease guard (a datasource may send the five in one message).
+ */
+export function reserve(names: TableNames, id: RecordId, args: ReserveArgs): Statement {
+  return named(
+    names,
+    'reserve',
+    ['text', 'text', 'text', 'text', 'uuid', 'float8', 'float8', 'jsonb'],
+    () => reserveText(names),
+    [
       id.scope,
       id.operation,
       id.key,
@@ -86,46 +90,20 @@ export function reserve(names: TableNames, id: RecordId, args: ReserveArgs): Que
       args.token,
       args.leaseMs,
       args.retentionMs,
-      args.requestHeaders,
+      args.requestHeaders === null ? null : JSON.stringify(args.requestHeaders),
     ],
-  }
+  )
 }
-
-/** The BEGIN of the business transaction and its lease guard, for when the reservation was sent on its own. */
-export const beginGuarded = (leaseMs: number) => `BEGIN; SELECT ${leaseGuard(literal(String(leaseMs)))}`
 
 /**
- * The reservation and the business transaction's BEGIN in one round trip, as one simple-protocol message:
- * `BEGIN; EXECUTE reserve(...); COMMIT; BEGIN; SELECT <lease guard>`. The reservation still commits on its own
- * (with synchronous_commit off) before the business transaction starts; the message only saves the BEGIN's round
- * trip. Its statements run in order and stop at the first error, so a failed reservation never begins the business
- * transaction. A simple message cannot carry parameters, so the reservation is an SQL-level prepared statement
- * (`statement.prepare`, sent on its own once per connection; its plan is reused after that) and its arguments are
- * literals: validated integers, and strings quoted by {@link literal}. The reservation's row is the answer's second
- * result. The caller ends the open transaction (ROLLBACK) when the key was not reserved.
+ * The business transaction's lease guard (see leaseGuard), as the first statement after its BEGIN. Not worth
+ * preparing: it travels with its argument in place.
  */
-export function reserveAndBegin(
-  names: TableNames,
-  id: RecordId,
-  args: ReserveArgs,
-): { statement: SqlStatement; text: string } {
-  const { leaseMs, retentionMs, requestHeaders, leaseGuardMs } = args
-  if (![leaseMs, retentionMs, leaseGuardMs].every(Number.isSafeInteger)) {
-    throw new TypeError('Expected `leaseMs` and `retentionMs` to be integers.')
-  }
-  const statement = sqlStatement(
-    names,
-    'reserve',
-    '(text, text, text, text, uuid, float8, float8, jsonb)',
-    () => reserveText(names),
-  )
-  const values = [id.scope, id.operation, id.key, args.fingerprint, args.token].map(literal)
-  const headers = requestHeaders === null ? 'NULL' : literal(JSON.stringify(requestHeaders))
-  return {
-    statement,
-    text: `BEGIN; EXECUTE ${statement.name}(${values.join(', ')}, ${leaseMs}, ${retentionMs}, ${headers}); COMMIT; ${beginGuarded(leaseGuardMs)}`,
-  }
+export function guard(leaseGuardMs: number): Statement {
+  return { text: GUARD, types: ['text'], values: [String(leaseGuardMs)] }
 }
+
+const GUARD = `SELECT ${leaseGuard('$1')}`
 
 /** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
 export type ReserveRow = {
@@ -143,69 +121,35 @@ export interface CompleteArgs {
   response: { status: number; headers: Record<string, string>; body: Buffer }
 }
 
-function completeText(names: TableNames, fenced: boolean): string {
-  const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
-  return `UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
-  response_body = $8, locked_until = NULL, updated_at = now()
-WHERE ${PK}${fence}`
-}
-
 /**
  * The fenced completion: stores the response and finishes the key only while this attempt still holds the lease
- * token. Zero rows means another attempt took over. `fenced: false` exists only to prove, in the chaos suite, that
- * the fence is what prevents duplicates.
+ * token. When it matches no row (another attempt took over), it fails on purpose with {@link FENCE_MARKER} (a cast
+ * the planner cannot fold), so a COMMIT sent after it in the same message never runs; the caller rolls back.
+ * `fenced: false` exists only to prove, in the chaos suite, that the fence is what prevents duplicates.
  */
-export function complete(names: TableNames, id: RecordId, args: CompleteArgs, fenced: boolean): Query {
+export function complete(names: TableNames, id: RecordId, args: CompleteArgs, fenced: boolean): Statement {
   const { response } = args
-  return {
-    ...statement(names, fenced ? 'complete' : 'complete_unfenced', () => completeText(names, fenced)),
-    values: [
+  const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
+  return named(
+    names,
+    fenced ? 'complete' : 'complete_unfenced',
+    ['text', 'text', 'text', 'uuid', 'text', 'integer', 'jsonb', 'bytea'],
+    () => `WITH completed AS (
+  UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
+    response_body = $8, locked_until = NULL, updated_at = now()
+  WHERE ${PK}${fence}
+  RETURNING 1
+)
+SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${sqlConstant(FENCE_MARKER)} END)::int AS completed FROM completed`,
+    [
       id.scope,
       id.operation,
       id.key,
       args.token,
       args.status,
       response.status,
-      response.headers,
+      JSON.stringify(response.headers),
       response.body,
     ],
-  }
-}
-
-/**
- * The fenced completion and COMMIT as one simple-protocol message: `EXECUTE complete(...); COMMIT`. When the
- * completion matches no row (another attempt took over), the statement fails on purpose with {@link FENCE_MARKER}
- * (a cast the planner cannot fold), which stops the message before its COMMIT; the caller rolls back. The body
- * travels as a hex literal, so this is for small bodies only (see `INLINE_BODY_BYTES`).
- */
-export function completeAndCommit(
-  names: TableNames,
-  id: RecordId,
-  args: CompleteArgs,
-  fenced: boolean,
-): { statement: SqlStatement; text: string } {
-  const { response } = args
-  if (!Number.isSafeInteger(response.status))
-    throw new TypeError('Expected the response status to be an integer.')
-  const statement = sqlStatement(
-    names,
-    fenced ? 'complete' : 'complete_unfenced',
-    '(text, text, text, uuid, text, integer, jsonb, bytea)',
-    () => `WITH completed AS (
-  ${completeText(names, fenced)}
-  RETURNING 1
-)
-SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${literal(FENCE_MARKER)} END)::int AS completed FROM completed`,
   )
-  const values = [
-    literal(id.scope),
-    literal(id.operation),
-    literal(id.key),
-    literal(args.token),
-    literal(args.status),
-    String(response.status),
-    literal(JSON.stringify(response.headers)),
-    `decode('${response.body.toString('hex')}', 'hex')`,
-  ]
-  return { statement, text: `EXECUTE ${statement.name}(${values.join(', ')}); COMMIT` }
 }

@@ -1,11 +1,10 @@
-// `reservation: 'row'`: the key row is committed as `in_progress` under a lease (one autocommit statement, sent in
-// the same message as the business transaction's BEGIN), then completed in the business transaction, fenced on a
-// random lock token. The row makes an attempt in flight visible (`in_progress`, with its lease as Retry-After) and
-// lets a later attempt take over once the lease ran out; the fence keeps the earlier one from committing after.
+// `reservation: 'row'`: the key row is committed as `in_progress` under a lease (a transaction of its own, sent
+// ahead of the business transaction's BEGIN), then completed in the business transaction, fenced on a random lock
+// token. The row makes an attempt in flight visible (`in_progress`, with its lease) and lets a later attempt take
+// over once the lease ran out; the fence keeps the earlier one from committing after.
 import { randomUUID } from 'node:crypto'
-import type pg from 'pg'
 import type { StoredResponse } from '../engine/types.js'
-import { endTransaction, prepare, preparesStatements, sendable } from './connection.js'
+import { firstRow } from './database.js'
 import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
 import {
@@ -13,40 +12,20 @@ import {
   type Inspection,
   type Reservation,
   type ReservationProtocol,
-  type ReserveRequest,
   recordState,
 } from './reservation.js'
 import * as rq from './row-queries.js'
-import { sideLane } from './side-lane.js'
 
-export interface RowClaim extends Claim {
+export interface RowClaim<Tx = unknown> extends Claim<Tx> {
   /** The lock token the completion, the release and recovery points are fenced on. */
   readonly token: string
 }
 
-export function rowReservation(store: ResolvedStore, fenced: boolean): ReservationProtocol<RowClaim> {
-  const { pool, names } = store
-  const send = (query: q.Query) => sendable(query, store)
-  // The lease guard is a fence too: the unfenced engine goes without it.
-  const guarded = (request: ReserveRequest) => ({ ...request, leaseGuardMs: fenced ? request.leaseMs : 0 })
-
-  /** Reserves on `client`. When it reserved, the business transaction has begun there (guarded by the lease). */
-  async function reserveOn(
-    client: pg.PoolClient,
-    request: ReserveRequest,
-    args: rq.ReserveArgs,
-  ): Promise<rq.ReserveRow | undefined> {
-    if (!preparesStatements(store)) {
-      const row = (await client.query<rq.ReserveRow>(send(rq.reserve(names, request.id, args)))).rows[0]
-      if (row?.reserved) await client.query(rq.beginGuarded(args.leaseGuardMs))
-      return row
-    }
-    const { statement, text } = rq.reserveAndBegin(names, request.id, args)
-    await prepare(client, statement)
-    // One result per statement of the message: BEGIN, EXECUTE (the reservation), COMMIT, BEGIN, the guard.
-    const results = (await client.query(text)) as unknown as pg.QueryResult<rq.ReserveRow>[]
-    return results[1]?.rows[0]
-  }
+export function rowReservation<Tx>(
+  store: ResolvedStore<Tx>,
+  fenced: boolean,
+): ReservationProtocol<RowClaim<Tx>> {
+  const { database, names } = store
 
   /** What a row that is not ours tells the caller. */
   function answer(row: q.LookupRow | undefined, fingerprint: string): Inspection {
@@ -61,16 +40,40 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
     return { kind: state }
   }
 
-  async function reserve(request: ReserveRequest): Promise<Reservation<RowClaim>> {
+  /** The completion; false when fenced out (the statement fails on purpose, see rq.complete). */
+  async function completed(run: Promise<unknown>): Promise<boolean> {
+    try {
+      await run
+      return true
+    } catch (error) {
+      if (q.isFenceError(error)) return false
+      throw error
+    }
+  }
+
+  async function reserve(
+    request: Parameters<ReservationProtocol['reserve']>[0],
+  ): Promise<Reservation<RowClaim<Tx>>> {
     const token = randomUUID()
-    const client = await pool.connect()
+    const session = await database.session()
     let row: q.LookupRow | undefined
     try {
-      const reserved = await reserveOn(client, request, { ...guarded(request), token })
+      const args = { ...request, token, leaseGuardMs: fenced ? request.leaseMs : 0 }
+      // The reservation commits in a transaction of its own (with synchronous_commit off, see rq.reserve); the
+      // business transaction begins after it, in the same message, guarded by the lease. Past a failed reservation
+      // nothing of it runs.
+      const results = await session.run([
+        'BEGIN',
+        rq.reserve(names, request.id, args),
+        'COMMIT',
+        'BEGIN',
+        rq.guard(args.leaseGuardMs),
+      ])
+      const reserved = firstRow<rq.ReserveRow>(results[1])
       if (reserved?.reserved) {
-        const claim: RowClaim = {
+        const claim: RowClaim<Tx> = {
           request,
-          client,
+          session,
           token,
           attempt: reserved.attempts ?? 1,
           recoveryPoint: reserved.recovery_point,
@@ -83,15 +86,17 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
       // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
       row =
         reserved?.status === null
-          ? (await client.query<q.LookupRow>(send(q.lookup(names, request.id)))).rows[0]
+          ? firstRow<q.LookupRow>((await session.run([q.lookup(names, request.id)]))[0])
           : (reserved as q.LookupRow | undefined)
     } catch (error) {
-      client.release(error as Error)
+      session.release(error as Error)
       throw error
     }
-    // The reservation message began the business transaction; end it without making the answer wait.
-    if (preparesStatements(store)) void endTransaction(client)
-    else client.release()
+    // The message began the business transaction: end it without making the answer wait.
+    void session.run(['ROLLBACK']).then(
+      () => session.release(),
+      (error) => session.release(error as Error),
+    )
     const found = answer(row, request.fingerprint)
     // Not reserved, yet free: the row changed between the statement's snapshot and its conflict check.
     return found.kind === 'free' ? { kind: 'raced' } : found
@@ -101,50 +106,33 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
     reserve,
 
     async inspect(request, on) {
-      const row = (await on.query<q.LookupRow>(send(q.lookup(names, request.id)))).rows[0]
+      const row = firstRow<q.LookupRow>(await on(q.lookup(names, request.id)))
       return answer(row, request.fingerprint)
     },
 
     async complete(claim, status, response) {
-      const { client, request } = claim
-      const args = { token: claim.token, status, response }
-      if (preparesStatements(store) && response.body.length <= q.INLINE_BODY_BYTES) {
-        // One round trip: the completion fails on purpose when fenced out, which stops the message before COMMIT.
-        const { statement, text } = rq.completeAndCommit(names, request.id, args, fenced)
-        await prepare(client, statement)
-        try {
-          await client.query(text)
-        } catch (error) {
-          if (q.isFenceError(error)) return false
-          throw error
-        }
-        return true
-      }
-      const completed = await client.query(send(rq.complete(names, request.id, args, fenced)))
-      if (completed.rowCount !== 1) return false
-      await client.query('COMMIT')
-      return true
+      const finish = rq.complete(names, claim.request.id, { token: claim.token, status, response }, fenced)
+      return completed(claim.session.run([finish, 'COMMIT']))
     },
 
-    async fail(claim: RowClaim, response: StoredResponse) {
+    async fail(claim, response: StoredResponse) {
       const args = { token: claim.token, status: 'failed_permanent' as const, response }
-      const failed = await claim.client.query(send(rq.complete(names, claim.request.id, args, fenced)))
-      return failed.rowCount === 1
+      return completed(claim.session.run([rq.complete(names, claim.request.id, args, fenced)]))
     },
 
     async release(claim, on) {
-      await on.query(send(q.release(names, claim.request.id, claim.token)))
+      await on(q.release(names, claim.request.id, claim.token))
     },
 
     async saveRecoveryPoint(claim, point, tx) {
       const save = q.saveRecoveryPoint(names, claim.request.id, claim.token, point)
-      return (await (tx ?? sideLane(pool)).query(save)).rowCount === 1
+      const saved = tx === undefined ? await database.side(save) : await database.execute(tx as Tx, save)
+      return saved.rowCount === 1
     },
 
     async renew(claim) {
       const { request, token } = claim
-      const renewed = await sideLane(pool).query(send(q.renew(names, request.id, token, request.leaseMs)))
-      return renewed.rowCount === 1
+      return (await database.side(q.renew(names, request.id, token, request.leaseMs))).rowCount === 1
     },
   }
 }

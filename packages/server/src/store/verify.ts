@@ -48,7 +48,7 @@ export function setupAdvice(store: ResolvedStore): string {
 export async function verifyStore(store: ResolvedStore): Promise<void> {
   const { qualified } = store.names
   try {
-    await store.pool.query(`SELECT ${COLUMNS.join(', ')} FROM ${qualified} LIMIT 0`)
+    await store.database.query({ text: `SELECT ${COLUMNS.join(', ')} FROM ${qualified} LIMIT 0`, values: [] })
   } catch (error) {
     if (!isSetupError(error)) throw error
     const code = (error as { code: string }).code

@@ -1,5 +1,6 @@
 // Fault injection for tests and chaos runs: an engine whose attempts can be interrupted at each step of the protocol,
 // and, to prove a checker detects duplicates, one whose fence is switched off. Never for production code paths.
+import type { PoolClient } from 'pg'
 import { buildEngine } from '../engine/engine.js'
 import type { FaultOptions } from '../engine/faults.js'
 import type { Engine, EngineOptions, ExecutionContext, HandlerResponse } from '../engine/types.js'
@@ -16,7 +17,7 @@ export type { DispatcherHooks } from '../outbox/dispatcher.js'
 export type { StepsHooks } from '../steps/steps.js'
 
 /** Options of {@link createEngineForTesting}: the engine's, plus fault injection. */
-export interface TestingEngineOptions extends EngineOptions, FaultOptions {}
+export interface TestingEngineOptions<Tx = PoolClient> extends EngineOptions<Tx>, FaultOptions<Tx> {}
 
 /**
  * Creates an engine like `createEngine`, with fault-injection hooks and, for chaos runs that must see the checker
@@ -28,7 +29,7 @@ export interface TestingEngineOptions extends EngineOptions, FaultOptions {}
  *   hooks: { beforeCommit: () => { throw new Error('crash before commit') } },
  * })
  */
-export function createEngineForTesting(options: TestingEngineOptions): Engine {
+export function createEngineForTesting<Tx = PoolClient>(options: TestingEngineOptions<Tx>): Engine<Tx> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { hooks, unsafe, ...engineOptions } = options
@@ -45,11 +46,11 @@ export function createEngineForTesting(options: TestingEngineOptions): Engine {
  * @example
  * const handler = stepsForTesting({ pool, steps, finish, hooks: { afterStep: (name) => { if (name === 'charge') throw crash } } })
  */
-export function stepsForTesting<S extends object = Record<string, unknown>>(
-  options: StepsOptions<S> & { hooks?: StepsHooks },
-): (ctx: ExecutionContext) => Promise<HandlerResponse> {
+export function stepsForTesting<S extends object = Record<string, unknown>, Tx = PoolClient>(
+  options: StepsOptions<S, Tx> & { hooks?: StepsHooks },
+): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
   const { hooks, ...stepsOptions } = options
-  return buildSteps(stepsOptions as StepsOptions<S>, hooks ?? {})
+  return buildSteps(stepsOptions as StepsOptions<S, Tx>, hooks ?? {})
 }
 
 /**

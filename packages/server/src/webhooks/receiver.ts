@@ -1,3 +1,4 @@
+import type { PoolClient } from 'pg'
 import type { Engine, ErrorClass } from '../engine/types.js'
 import { traceHeadersFrom } from '../hooks.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
@@ -7,13 +8,13 @@ import { SIGNATURE_HEADER, verifySignature } from './signature.js'
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
 /** Options of {@link createWebhookReceiver}. */
-export interface WebhookReceiverOptions {
+export interface WebhookReceiverOptions<Tx = PoolClient> {
   /**
    * The engine whose table records event ids. Give it `reservation: 'lock'`: an event then belongs to a delivery only
    * while its transaction lives, so when the process handling it dies the provider's next retry is applied at once;
    * under `'row'` it is answered 409 until the dead delivery's lease runs out.
    */
-  engine: Engine
+  engine: Engine<Tx>
   /** The sender's name (`stripe`, `github`): the records' scope, so two providers' event ids never collide. */
   provider: string
   /** The shared secret(s) for the built-in `t=…,v1=…` HMAC-SHA256 scheme (what `webhookPublisher` sends). */
@@ -46,18 +47,18 @@ export type WebhookResult<T = unknown> =
   | { kind: 'invalid_payload'; detail: string }
 
 /** One incoming webhook request. */
-export interface WebhookDelivery<T> {
+export interface WebhookDelivery<T, Tx = PoolClient> {
   /** The body bytes exactly as received (configure your framework to keep them). */
   rawBody: Buffer
   /** The request headers (lower-case names, as Node gives them). */
   headers: Record<string, string | string[] | undefined>
   /** The effect, on `ctx.tx`, given the parsed event. */
-  handler: (event: unknown, ctx: MessageContext) => Promise<T>
+  handler: (event: unknown, ctx: MessageContext<Tx>) => Promise<T>
 }
 
 /** Receives webhooks once per provider event id. Create with {@link createWebhookReceiver}. */
-export interface WebhookReceiver {
-  receive<T = unknown>(delivery: WebhookDelivery<T>): Promise<WebhookResult<T>>
+export interface WebhookReceiver<Tx = PoolClient> {
+  receive<T = unknown>(delivery: WebhookDelivery<T, Tx>): Promise<WebhookResult<T>>
 }
 
 /**
@@ -106,7 +107,9 @@ export function webhookStatus(result: WebhookResult): number {
  *   return reply.code(webhookStatus(result)).send()
  * })
  */
-export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
+export function createWebhookReceiver<Tx = PoolClient>(
+  options: WebhookReceiverOptions<Tx>,
+): WebhookReceiver<Tx> {
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const { secret, verify } = options
@@ -114,7 +117,7 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
   if (verify !== undefined && typeof verify !== 'function')
     throw new TypeError('Expected `verify` to be a function.')
   const eventId = options.eventId ?? ((event: unknown) => (event as { id?: unknown } | null)?.id)
-  const inbox = createInbox({
+  const inbox = createInbox<Tx>({
     engine: options.engine,
     consumer: options.provider,
     retentionMs: options.retentionMs ?? 604_800_000,
@@ -131,7 +134,7 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     })
 
   return {
-    async receive<T>(delivery: WebhookDelivery<T>): Promise<WebhookResult<T>> {
+    async receive<T>(delivery: WebhookDelivery<T, Tx>): Promise<WebhookResult<T>> {
       if (!Buffer.isBuffer(delivery?.rawBody)) throw new TypeError('Expected `rawBody` to be a Buffer.')
       if (!(await check(delivery.rawBody, delivery.headers ?? {}))) return { kind: 'invalid_signature' }
       let event: unknown

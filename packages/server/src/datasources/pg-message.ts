@@ -1,0 +1,83 @@
+// How the node-postgres datasource sends several steps in one message: the simple query protocol takes a string of
+// statements separated by semicolons and answers each in order, stopping at the first that fails. It carries no
+// parameters, so each statement travels as `EXECUTE name(args)` of an SQL-level prepared statement (planned once
+// per connection), or, where nothing may be prepared (a transaction-mode pooler), as its text with the arguments in
+// place; either way the arguments are SQL literals, typed by the statement's parameter types.
+import type { Statement, Step } from '../store/database.js'
+
+/** Bodies up to this size travel as a hex literal in a message; larger ones as a binary parameter on their own. */
+export const INLINE_BYTES = 32_768
+
+const NEEDS_ESCAPE = /['\\]/
+
+/** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
+export function sqlString(value: string): string {
+  // Most values (uuids, hex digests, plain keys) need no escaping: one scan instead of two replacements.
+  if (!NEEDS_ESCAPE.test(value)) return `'${value}'`
+  const quoted = `'${value.replaceAll("'", "''")}'`
+  return value.includes('\\') ? ` E${quoted.replaceAll('\\', '\\\\')}` : quoted
+}
+
+/** One argument as an SQL literal of its parameter's type. */
+export function sqlLiteral(value: unknown, type: string): string {
+  if (value === null || value === undefined) return 'NULL'
+  switch (type) {
+    case 'integer':
+    case 'float8':
+      if (
+        typeof value !== 'number' ||
+        !Number.isFinite(value) ||
+        (type === 'integer' && !Number.isSafeInteger(value))
+      )
+        throw new TypeError(`Expected a finite ${type}, got ${String(value)}.`)
+      return String(value)
+    case 'bytea':
+      if (!(value instanceof Uint8Array)) throw new TypeError('Expected the bytea argument to be bytes.')
+      return `decode('${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('hex')}', 'hex')`
+    case 'boolean':
+      return value ? 'true' : 'false'
+    case 'jsonb':
+      return sqlString(typeof value === 'string' ? value : JSON.stringify(value))
+    default:
+      return sqlString(String(value))
+  }
+}
+
+/** Whether the steps can travel as one message: every statement typed, and no body too large to inline. */
+export function fitsOneMessage(steps: readonly Step[]): boolean {
+  for (const step of steps) {
+    if (typeof step === 'string') continue
+    if (step.types === undefined || step.types.length !== step.values.length) return false
+    for (const value of step.values)
+      if (value instanceof Uint8Array && value.byteLength > INLINE_BYTES) return false
+  }
+  return true
+}
+
+/** The SQL-level prepared statement of a named, typed statement: its name, and the PREPARE to send once. */
+export function sqlPrepared(statement: Statement): { name: string; prepare: string } {
+  // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
+  const name = `${statement.name}_sql`
+  return { name, prepare: `PREPARE ${name}(${(statement.types ?? []).join(', ')}) AS ${statement.text}` }
+}
+
+/** A statement as `EXECUTE name(args)`. */
+export function executeText(statement: Statement): string {
+  const types = statement.types ?? []
+  const args = statement.values.map((value, i) => sqlLiteral(value, types[i] ?? 'text'))
+  return `EXECUTE ${sqlPrepared(statement).name}(${args.join(', ')})`
+}
+
+/**
+ * A statement's text with its arguments in place of `$n`, each cast to its type (outside quoted strings and
+ * quoted identifiers, where a `$` is not a parameter).
+ */
+export function inlineText(statement: Statement): string {
+  const types = statement.types ?? []
+  return statement.text.replace(/'(?:[^']|'')*'|"(?:[^"]|"")*"|\$(\d+)/g, (match, index?: string) => {
+    if (index === undefined) return match
+    const i = Number(index) - 1
+    const type = types[i] ?? 'text'
+    return `CAST(${sqlLiteral(statement.values[i], type)} AS ${type})`
+  })
+}

@@ -1,0 +1,303 @@
+// The datasource contract: what every datasource must hold, whatever its library, under both reservation protocols
+// (vitest.config.ts runs this file once per datasource and protocol). Every effect is written and counted through
+// the library itself (registry.ts), in the handler's own transaction object, so a datasource whose `ctx.tx` were not
+// the transaction that also completes the key would fail here: run with ONCELY_TEST_SABOTAGE=second-connection to
+// see the suite fail when the writes go through a second connection of the same library.
+import type { ChildProcessWithoutNullStreams } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import { createTestDatabase, spawnTsx, type TestDatabase } from '@oncely/test-support'
+import Fastify from 'fastify'
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
+import { idempotency } from '../../src/fastify/index.js'
+import { type ExecuteInput, insertOrExisting, migrate, postgresStore } from '../../src/index.js'
+import { enqueue } from '../../src/outbox/index.js'
+import { steps } from '../../src/steps/index.js'
+import { createEngineForTesting, type TestingEngineOptions } from '../../src/testing/index.js'
+import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from '../helpers.js'
+import { type DatasourceUnderTest, datasourceName, openDatasource } from './registry.js'
+
+let db: TestDatabase
+let ds: DatasourceUnderTest
+beforeAll(async () => {
+  db = await createTestDatabase(`datasource_${datasourceName}`)
+  await migrate(db.pool)
+  await db.pool.query(
+    'CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL)',
+  )
+  await db.pool.query('CREATE TABLE orders (id bigserial PRIMARY KEY, cart text NOT NULL UNIQUE)')
+  ds = await openDatasource(db.url)
+})
+afterAll(async () => {
+  await ds?.close()
+  await db?.drop()
+})
+
+function engineWith(options: Partial<TestingEngineOptions<unknown>> = {}) {
+  return createEngineForTesting<unknown>({
+    store: postgresStore({ database: ds.database }),
+    reservation,
+    replayCache: false,
+    ...options,
+  })
+}
+
+const request = (key: string, handler: ExecuteInput<unknown>['handler']): ExecuteInput<unknown> => ({
+  scope: 'tenant',
+  operation: 'POST /v1/payments',
+  key,
+  fingerprint: fingerprintOf({ key }),
+  handler,
+})
+
+const paying =
+  (cart: string): ExecuteInput<unknown>['handler'] =>
+  async (ctx) => {
+    await ds.pay(ctx.tx, cart)
+    return { status: 201, body: { cart } }
+  }
+
+describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
+  it('a first execution commits its write with the key; the retry replays, one row', async () => {
+    const engine = engineWith()
+    const key = freshKey()
+    expect(await engine.execute(request(key, paying(key)))).toMatchObject({
+      kind: 'executed',
+      status: 'succeeded',
+    })
+    expect(await engine.execute(request(key, paying(key)))).toMatchObject({ kind: 'replayed' })
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it('a handler that writes and throws leaves no row and a retryable key', async () => {
+    const engine = engineWith()
+    const key = freshKey()
+    const failing = await engine.execute(
+      request(key, async (ctx) => {
+        await ds.pay(ctx.tx, key)
+        throw new Error('provider timeout')
+      }),
+    )
+    expect(failing).toMatchObject({ kind: 'retryable_failure' })
+    expect(await ds.payments(key)).toBe(0)
+    expect(await engine.execute(request(key, paying(key)))).toMatchObject({ kind: 'executed' })
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it('a thrown 4xx is stored and replayed, its write rolled back', async () => {
+    const engine = engineWith()
+    const key = freshKey()
+    const declined = async (ctx: { tx: unknown }) => {
+      await ds.pay(ctx.tx, key)
+      throw Object.assign(new Error('card declined'), { statusCode: 402 })
+    }
+    expect(await engine.execute(request(key, declined))).toMatchObject({
+      kind: 'executed',
+      status: 'failed_permanent',
+    })
+    expect(await engine.execute(request(key, declined))).toMatchObject({
+      kind: 'replayed',
+      response: { status: 402 },
+    })
+    expect(await ds.payments(key)).toBe(0)
+  })
+
+  it('concurrent duplicates execute once', async () => {
+    const engine = engineWith()
+    const key = freshKey()
+    let runs = 0
+    const handler: ExecuteInput<unknown>['handler'] = async (ctx) => {
+      runs++
+      await sleep(50)
+      return paying(key)(ctx)
+    }
+    const outcomes = await Promise.all(
+      Array.from({ length: 10 }, () => engine.execute(request(key, handler))),
+    )
+    expect(outcomes.filter((o) => o.kind === 'executed')).toHaveLength(1)
+    expect(runs).toBe(1)
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it('a live handler idle in its transaction for twice the lease keeps its key and completes once', async () => {
+    const engine = engineWith({ leaseMs: 600 })
+    const key = freshKey()
+    const first = engine.execute(
+      request(key, async (ctx) => {
+        await ds.pay(ctx.tx, key)
+        await sleep(1_500)
+        return { status: 201, body: {} }
+      }),
+    )
+    await sleep(900)
+    expect(await engine.execute(request(key, paying(key)))).toMatchObject({ kind: 'in_progress' })
+    expect(await first).toMatchObject({ kind: 'executed' })
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it('an attempt whose process stalled past its lease is rolled back and answers with the winner', async () => {
+    const key = freshKey()
+    let stall = true
+    const engine = engineWith({
+      leaseMs: 300,
+      hooks: {
+        beforeCommit: () => {
+          if (!stall) return
+          stall = false
+          stallEventLoop(500)
+        },
+      },
+    })
+    const original = engine.execute(request(key, paying(key)))
+    await sleep(50)
+    const winner = await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 10_000 } })
+    const late = await original
+    expect(winner).toMatchObject({ kind: 'executed' })
+    expect(['lease_expired', 'replayed']).toContain(late.kind)
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it('a recovery point saved on the side lane, then steps in transactions of their own, resume once', async () => {
+    const engine = engineWith()
+    const key = freshKey()
+    let charges = 0
+    const handler = steps<{ charged?: boolean }, unknown>({
+      database: ds.second,
+      steps: [
+        {
+          name: 'charge',
+          run: async ({ tx }) => {
+            charges++
+            await ds.pay(tx, `${key}-step`)
+            return { charged: true }
+          },
+        },
+      ],
+      finish: async ({ tx }) => {
+        await ds.pay(tx, key)
+        return { status: 201, body: {} }
+      },
+    })
+    let crashed = false
+    const crashing = createEngineForTesting<unknown>({
+      store: postgresStore({ database: ds.database }),
+      reservation,
+      replayCache: false,
+      leaseMs: 300,
+      hooks: {
+        beforeCommit: () => {
+          if (crashed) return
+          crashed = true
+          throw new Error('crash before the commit')
+        },
+      },
+    })
+    await expect(crashing.execute(request(key, handler))).rejects.toThrow('crash before the commit')
+    await sleep(400)
+    expect(await engine.execute({ ...request(key, handler), wait: { timeoutMs: 10_000 } })).toMatchObject({
+      kind: 'executed',
+    })
+    expect(charges).toBe(1)
+    expect(await ds.payments(`${key}-step`)).toBe(1)
+    expect(await ds.payments(key)).toBe(1)
+  })
+
+  it("steps refuse the engine's own datasource", async () => {
+    const engine = engineWith()
+    const handler = steps<object, unknown>({ database: ds.database, steps: [], finish: () => ({}) })
+    const outcome = await engine.execute(request(freshKey(), handler))
+    expect(outcome).toMatchObject({ kind: 'retryable_failure' })
+  })
+
+  it('an outbox message enqueued in the handler commits with it, or not at all', async () => {
+    await migrate(db.pool) // the outbox table
+    const engine = engineWith()
+    const ok = freshKey()
+    const failed = freshKey()
+    await engine.execute(
+      request(ok, async (ctx) => {
+        await enqueue(ctx.tx, { topic: 'payments', payload: { key: ok } }, { database: ds.database })
+        return { status: 201, body: {} }
+      }),
+    )
+    await engine.execute(
+      request(failed, async (ctx) => {
+        await enqueue(ctx.tx, { topic: 'payments', payload: { key: failed } }, { database: ds.database })
+        throw new Error('after the enqueue')
+      }),
+    )
+    const { rows } = await db.pool.query(
+      "SELECT payload->>'key' AS key FROM oncely.outbox WHERE payload->>'key' = ANY($1)",
+      [[ok, failed]],
+    )
+    expect(rows.map((row) => row.key)).toEqual([ok])
+  })
+
+  it('insertOrExisting maps the business unique violation to the existing row, in the same transaction', async () => {
+    const engine = engineWith()
+    const cart = freshKey()
+    const insertOrder = (key: string) =>
+      engine.execute(
+        request(key, async (ctx) => {
+          const { created } = await insertOrExisting(ctx.tx, {
+            constraint: 'orders_cart_key',
+            database: ds.database,
+            insert: (tx) =>
+              ds.database.execute(tx, { text: 'INSERT INTO orders (cart) VALUES ($1)', values: [cart] }),
+            existing: (tx) =>
+              ds.database.execute(tx, { text: 'SELECT 1 FROM orders WHERE cart = $1', values: [cart] }),
+          })
+          await ds.pay(ctx.tx, cart)
+          return { status: created ? 201 : 200, body: {} }
+        }),
+      )
+    expect(await insertOrder(freshKey())).toMatchObject({ kind: 'executed', response: { status: 201 } })
+    expect(await insertOrder(freshKey())).toMatchObject({ kind: 'executed', response: { status: 200 } })
+    expect(await ds.payments(cart)).toBe(2)
+  })
+
+  it('through the Fastify adapter: a write in request.idempotency.tx, replayed', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { engine: engineWith() as never, tenant: () => 't' })
+    app.post('/v1/payments', { config: { idempotency: true } }, async (req) => {
+      const body = req.body as { cart: string }
+      await ds.pay((req.idempotency as { tx: unknown }).tx, body.cart)
+      return { cart: body.cart }
+    })
+    onTestFinished(() => app.close())
+    const cart = freshKey()
+    const post = () =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/payments',
+        headers: { 'idempotency-key': cart, 'content-type': 'application/json' },
+        payload: { cart },
+      })
+    expect((await post()).statusCode).toBe(200)
+    const replay = await post()
+    expect(replay.headers['idempotent-replayed']).toBe('true')
+    expect(await ds.payments(cart)).toBe(1)
+  })
+
+  it('a process SIGKILLed mid-handler leaves no partial write; the retry executes once', async () => {
+    const key = freshKey()
+    const child = spawnTsx(new URL('fixtures/kill-mid-handler.ts', import.meta.url), [], {
+      env: { ...process.env, DATABASE_URL: db.url, KEY: key },
+      stdio: 'pipe',
+    }) as ChildProcessWithoutNullStreams
+    onTestFinished(() => {
+      child.kill('SIGKILL')
+    })
+    const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]()
+    expect((await lines.next()).value).toBe('holding')
+    child.kill('SIGKILL')
+    await new Promise((resolve) => child.once('exit', resolve))
+    expect(await ds.payments(key)).toBe(0)
+    const engine = engineWith({ leaseMs: 1_000 })
+    expect(await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 15_000 } })).toMatchObject(
+      {
+        kind: 'executed',
+      },
+    )
+    expect(await ds.payments(key)).toBe(1)
+  })
+})
