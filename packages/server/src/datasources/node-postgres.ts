@@ -158,14 +158,16 @@ function createDatabase(pool: pg.Pool, preparedStatements: boolean): Database<pg
       // missing on the next (26000), or already there when another client prepared it (42P05). Neither happens on a
       // connection of one's own. From then on nothing is prepared on this pool, and the error is explained.
       const code = (error as { code?: unknown } | undefined)?.code
-      if ((code !== '26000' && code !== '42P05') || !prepares()) return undefined
+      // Requests in flight when another one found out meet it too: each is explained, and may be tried again.
+      if ((code !== '26000' && code !== '42P05') || !preparedStatements) return undefined
       pooled.add(pool)
       const message = error instanceof Error ? error.message : String(error)
-      return new StoreSetupError(
+      const explained = new StoreSetupError(
         `The idempotency store prepares its statements once per connection, but Postgres answered "${message}": its connections go through a pooler in transaction mode (PgBouncer, RDS Proxy...), where a statement prepared on one server connection is unknown to the next. From now on this pool's statements are not prepared; set postgresStore({ pool, preparedStatements: false }) to make that the configuration.`,
         code,
         error,
       )
+      return { error: explained, adapted: true }
     },
   }
   return database

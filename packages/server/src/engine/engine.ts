@@ -111,11 +111,19 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
     error,
   })
   /** Reports a store error, diagnosed first (a transaction-mode pooler is named, and adapted to, here). */
-  const storeError = (error: unknown, id?: KeyId): unknown => {
+  const storeError = (error: unknown, id?: KeyId): unknown => diagnosed(error, id).error
+  // Whether a mistake the datasource adapted to has been told: once per engine, on console.error without onEvent.
+  let toldAdapted = false
+  function diagnosed(error: unknown, id?: KeyId): { error: unknown; adapted: boolean } {
     storeLost()
-    const diagnosed = database.diagnose?.(error) ?? error
-    emit?.({ type: 'store_error', error: diagnosed, ...id })
-    return diagnosed
+    const diagnosis = database.diagnose?.(error)
+    const reported = diagnosis?.error ?? error
+    emit?.({ type: 'store_error', error: reported, ...id })
+    if (diagnosis?.adapted && !toldAdapted) {
+      toldAdapted = true
+      if (!onEvent) console.error(diagnosis.error.message)
+    }
+    return { error: reported, adapted: diagnosis?.adapted === true }
   }
 
   /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
@@ -191,14 +199,21 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
       requestHeaders: input.requestHeaders ?? null,
     }
     const waited = boundedWait(input.wait?.timeoutMs)
+    let adaptedRetry = false
     for (let round = 0; ; ) {
       const sent = sentNow()
       let reservation: Awaited<ReturnType<ReservationProtocol<Claim<Tx>>['reserve']>>
       try {
         reservation = await protocol.reserve(request)
       } catch (error) {
-        const diagnosed = storeError(error, id)
-        if (!input.failOpen) return unavailable(diagnosed)
+        const found = diagnosed(error, id)
+        // Nothing was reserved: when the datasource adapted to what failed (prepared statements behind a pooler),
+        // the request is tried again at once instead of being answered 503.
+        if (found.adapted && !adaptedRetry) {
+          adaptedRetry = true
+          continue
+        }
+        if (!input.failOpen) return unavailable(found.error)
         return failOpen(input, request)
       }
       if (reservation.kind === 'claimed') return run(input, protocol, reservation.claim, sent)

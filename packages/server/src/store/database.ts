@@ -86,9 +86,10 @@ export interface Database<Tx = unknown> {
   onConnectionLost(listener: (error: Error) => void): void
   /**
    * Explains an error of this library's (a missing prepared statement behind a transaction-mode pooler, for
-   * example) and adapts to it: returns the error to report instead, or `undefined`.
+   * example) and adapts to it: returns the error to report instead, and whether the datasource changed how it sends
+   * statements so that the same request may at once be tried again; or `undefined`.
    */
-  diagnose?(error: unknown): Error | undefined
+  diagnose?(error: unknown): { error: Error; adapted: boolean } | undefined
 }
 
 /** A statement that is not one of the transaction's control words. */
