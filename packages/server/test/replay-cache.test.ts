@@ -150,31 +150,72 @@ describe('replay cache', () => {
   })
 })
 
+describe('replay cache and the server behind it', () => {
+  it('answers from the cache only while the store confirmed its server lately; else asks the database', async () => {
+    const { engine } = engineFor(db.pool, { replayCache: { maxUnconfirmedMs: 300 } })
+    const key = freshKey()
+    expect((await engine.execute(input(key))).kind).toBe('executed')
+    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0) // just confirmed
+    await sleep(500) // nothing reached the database since: the next replay asks it, and confirms again
+    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(1)
+    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0)
+  })
+
+  it('never answers from an entry of another server: a restart or failover behind a pooler empties the cache', () => {
+    const cache = new ReplayCache({
+      maxEntries: 10,
+      maxBytes: 1_000_000,
+      maxAgeMs: 60_000,
+      maxUnconfirmedMs: 60_000,
+    })
+    const id = { scope: 's', operation: 'o', key: 'k' }
+    const response = { status: 201, headers: {}, body: Buffer.from('ok') }
+    cache.confirm(1, performance.now())
+    cache.set(id, 'f', response, 60_000, performance.now(), Date.now(), 1)
+    expect(cache.get(id)).toBeDefined()
+    cache.confirm(2, performance.now()) // the standby, promoted: the record may not exist there
+    expect(cache.get(id)).toBeUndefined()
+    // And a record read from the old server after the new one answered is not kept.
+    cache.set(id, 'f', response, 60_000, performance.now(), Date.now(), 1)
+    expect(cache.get(id)).toBeUndefined()
+  })
+})
+
 describe('ReplayCache', () => {
+  const SERVER = 1_700_000_000.5
+  /** A cache that has just heard from SERVER. */
+  const confirmed = (cache: ReplayCache) => {
+    cache.confirm(SERVER, performance.now())
+    return cache
+  }
   const response = (bytes: number) => ({ status: 200, headers: {}, body: Buffer.alloc(bytes) })
   const id = (key: string) => ({ scope: 's', operation: 'o', key })
   const now = () => [performance.now(), Date.now()] as const
 
   it('is bounded by maxBytes, and skips a response larger than the whole budget', () => {
-    const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1_000, maxAgeMs: 60_000 })
-    cache.set(id('a'), 'f', response(400), 60_000, ...now())
-    cache.set(id('b'), 'f', response(400), 60_000, ...now())
-    cache.set(id('c'), 'f', response(400), 60_000, ...now())
+    const cache = confirmed(
+      new ReplayCache({ maxEntries: 100, maxBytes: 1_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
+    )
+    cache.set(id('a'), 'f', response(400), 60_000, ...now(), SERVER)
+    cache.set(id('b'), 'f', response(400), 60_000, ...now(), SERVER)
+    cache.set(id('c'), 'f', response(400), 60_000, ...now(), SERVER)
     expect(cache.get(id('a'))).toBeUndefined()
     expect(cache.get(id('c'))).toBeDefined()
-    cache.set(id('big'), 'f', response(2_000), 60_000, ...now())
+    cache.set(id('big'), 'f', response(2_000), 60_000, ...now(), SERVER)
     expect(cache.get(id('big'))).toBeUndefined()
   })
 
   it('counts the lifetime from before the statement was sent, on both clocks, and cuts it for drift', () => {
-    const cache = new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000 })
+    const cache = confirmed(
+      new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
+    )
     const [at, wall] = now()
     // Sent 10 s ago with 10 s left then: expired now, although a clock that started at receipt would disagree.
-    cache.set(id('late'), 'f', response(1), 10_000, at - 10_000, wall)
-    cache.set(id('wall'), 'f', response(1), 10_000, at, wall - 10_000)
+    cache.set(id('late'), 'f', response(1), 10_000, at - 10_000, wall, SERVER)
+    cache.set(id('wall'), 'f', response(1), 10_000, at, wall - 10_000, SERVER)
     // 0.1% of 1,000 s is 1 s: an entry with 1,000.5 s left, sent 1,000 s ago, is already out.
-    cache.set(id('drift'), 'f', response(1), 1_000_500, at - 1_000_000, wall - 1_000_000)
-    cache.set(id('fresh'), 'f', response(1), 10_000, at, wall)
+    cache.set(id('drift'), 'f', response(1), 1_000_500, at - 1_000_000, wall - 1_000_000, SERVER)
+    cache.set(id('fresh'), 'f', response(1), 10_000, at, wall, SERVER)
     expect(cache.get(id('late'))).toBeUndefined()
     expect(cache.get(id('wall'))).toBeUndefined()
     expect(cache.get(id('drift'))).toBeUndefined()
@@ -183,8 +224,10 @@ describe('ReplayCache', () => {
   })
 
   it('keeps ids apart that would collide if concatenated', () => {
-    const cache = new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000 })
-    cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now())
+    const cache = confirmed(
+      new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
+    )
+    cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now(), SERVER)
     expect(cache.get({ scope: 'a', operation: 'bc', key: 'd' })).toBeUndefined()
   })
 })

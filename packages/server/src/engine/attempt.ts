@@ -231,6 +231,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       this.#claim.expiresInMs,
       this.#sent.at,
       this.#sent.wall,
+      this.#claim.server,
     )
     const outcome = this.#executed(response, status)
     await this.#env.hooks.afterCommit?.({ ...this.#id, attempt: this.#claim.attempt })

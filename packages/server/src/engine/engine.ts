@@ -89,12 +89,14 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
   // Undefined while nobody listens (no onEvent, no observer), so `emit?.({...})` does not even build the event.
   let emit: ((event: EngineEvent) => void) | undefined = onEvent ? deliver : undefined
 
+  const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
+  // Every reservation and inspection tells which server it reached: the replay cache's confirmation.
+  const observe = cache ? (server: number, sentAt: number) => cache.confirm(server, sentAt) : undefined
   const protocol: ReservationProtocol<Claim<Tx>> =
     config.reservation === 'lock'
-      ? lockReservation(store, config.fenced)
-      : rowReservation(store, config.fenced)
+      ? lockReservation(store, config.fenced, observe)
+      : rowReservation(store, config.fenced, observe)
   const failingOpen = failOpenReservation(database)
-  const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
   const durations = new Durations()
   // A finished record can only vanish before its expiry with the database's own past: a failover to a standby that
   // never received its commit (asynchronous replication), a restore. Both first break the connections, so losing
@@ -152,7 +154,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
       case 'finished': {
         const { row } = found
         const record = { fingerprint: row.fingerprint, response: storedFromRow(row) }
-        cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall)
+        cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall, row.server)
         return answerFinished(id, fingerprint, record, fencedOut)
       }
       case 'mismatch':

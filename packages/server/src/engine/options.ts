@@ -18,7 +18,7 @@ export interface ResolvedOptions {
   fenced: boolean
   reservation: 'row' | 'lock'
   /** Bounds of the replay cache, or null when it is off. */
-  replayCache: { maxEntries: number; maxBytes: number; maxAgeMs: number } | null
+  replayCache: { maxEntries: number; maxBytes: number; maxAgeMs: number; maxUnconfirmedMs: number } | null
 }
 
 function resolveReplayCache(
@@ -32,8 +32,9 @@ function resolveReplayCache(
   const maxEntries = positiveInteger('replayCache.maxEntries', value?.maxEntries ?? 10_000)
   const maxBytes = positiveInteger('replayCache.maxBytes', value?.maxBytes ?? 16_777_216)
   const maxAgeMs = positiveInteger('replayCache.maxAgeMs', value?.maxAgeMs ?? 60_000)
+  const maxUnconfirmedMs = positiveInteger('replayCache.maxUnconfirmedMs', value?.maxUnconfirmedMs ?? 1_000)
   // Without fencing a finished record can be overwritten (that is what the chaos run must catch): cache nothing.
-  return fenced ? { maxEntries, maxBytes, maxAgeMs } : null
+  return fenced ? { maxEntries, maxBytes, maxAgeMs, maxUnconfirmedMs } : null
 }
 
 function checkLeaseAndRetention(leaseMs: number, retentionMs: number, prefix = ''): void {

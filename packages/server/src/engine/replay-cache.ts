@@ -14,6 +14,16 @@ export interface ReplayCacheOptions {
    * @default 60_000
    */
   maxAgeMs?: number
+  /**
+   * How long after the store last confirmed which server it is an entry may answer. A finished record can vanish
+   * with the database's own past: a failover to a standby that missed its commit (asynchronous replication), a
+   * restore. Every statement of the engine's tells the server it reached (when its postmaster started); another
+   * server empties the cache, and without a confirmation this recent (an idle instance, whose connections a pooler
+   * kept open across the failover) the next request asks the database, which confirms again. So an entry written
+   * before a failover answers at most this long after the last statement that reached the old server.
+   * @default 1_000
+   */
+  maxUnconfirmedMs?: number
 }
 
 interface Entry {
@@ -52,12 +62,29 @@ export class ReplayCache {
   readonly #maxEntries: number
   readonly #maxBytes: number
   readonly #maxAgeMs: number
+  readonly #maxUnconfirmedMs: number
   #bytes = 0
+  /** The server the entries came from, and when (before which statement) it last confirmed it is still that one. */
+  #server: number | undefined
+  #confirmedAt = Number.NEGATIVE_INFINITY
 
   constructor(bounds: Required<ReplayCacheOptions>) {
     this.#maxEntries = bounds.maxEntries
     this.#maxBytes = bounds.maxBytes
     this.#maxAgeMs = bounds.maxAgeMs
+    this.#maxUnconfirmedMs = bounds.maxUnconfirmedMs
+  }
+
+  /**
+   * A statement sent at `sentAt` (`performance.now()`) reached `server`. Another server than the entries' empties
+   * the cache: their records may not exist there.
+   */
+  confirm(server: number, sentAt: number): void {
+    if (this.#server !== server) {
+      if (this.#server !== undefined) this.clear()
+      this.#server = server
+      this.#confirmedAt = sentAt
+    } else if (sentAt > this.#confirmedAt) this.#confirmedAt = sentAt
   }
 
   /** The number of entries held (expired ones included until touched or evicted). */
@@ -69,6 +96,8 @@ export class ReplayCache {
   get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
     const entry = this.#entries.get(idOf(id))
     if (!entry) return undefined
+    // Not confirmed lately: the database answers (and confirms); the entry stays for when it has.
+    if (performance.now() - this.#confirmedAt > this.#maxUnconfirmedMs) return undefined
     if (performance.now() >= entry.monotonicDeadline || Date.now() >= entry.wallDeadline) {
       this.#remove(entry)
       return undefined
@@ -79,8 +108,9 @@ export class ReplayCache {
   }
 
   /**
-   * Remembers a finished record. `sentAt` is `performance.now()` taken before the statement that measured
-   * `expiresInMs` was sent; `sentAtWall` the matching `Date.now()`.
+   * Remembers a finished record read from (or committed on) `server`. `sentAt` is `performance.now()` taken before
+   * the statement that measured `expiresInMs` was sent; `sentAtWall` the matching `Date.now()`. A record of another
+   * server than the one last confirmed is not kept.
    */
   set(
     id: RecordId,
@@ -89,8 +119,9 @@ export class ReplayCache {
     expiresInMs: number,
     sentAt: number,
     sentAtWall: number,
+    server: number,
   ): void {
-    if (!(expiresInMs > 0)) return
+    if (!(expiresInMs > 0) || server !== this.#server) return
     const key = idOf(id)
     let bytes = key.length + fingerprint.length + response.body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)

@@ -238,10 +238,11 @@ export interface EngineOptions<Tx = pg.PoolClient> {
    * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). A record
    * deleted with `engine.forget()` leaves this process's cache at once; one deleted or edited by hand (or forgotten
    * through another instance) is answered from an entry for at most `maxAgeMs`. A failover to a standby that missed
-   * commits (asynchronous replication) empties it when it breaks this process's connections; behind a
-   * transaction-mode pooler it may break none (idle client connections to the pooler survive), so there, with
-   * asynchronous replication, set `replayCache: false`.
-   * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000 }
+   * commits (asynchronous replication), or a restore, can lose a finished record: every engine statement tells
+   * which server it reached, another server empties the cache, and an entry answers only within
+   * `maxUnconfirmedMs` of the last statement that reached its server (so an idle instance behind a pooler, whose
+   * connections survived the failover, asks the database first).
+   * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000, maxUnconfirmedMs: 1_000 }
    * @example
    * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024, maxAgeMs: 10_000 } })
    */

@@ -15,6 +15,7 @@ import {
   PK,
   type RecordId,
   replaceRow,
+  SERVER,
   sqlConstant,
 } from './queries.js'
 
@@ -36,7 +37,8 @@ export function lock(names: TableNames, id: RecordId, leaseGuardMs: number): Sta
     names,
     'lock',
     ['text', 'text', 'text', 'text'],
-    () => `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard`,
+    () =>
+      `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, ${SERVER}`,
     [id.scope, id.operation, id.key, String(leaseGuardMs)],
   )
 }
@@ -85,7 +87,7 @@ export function inspect(names: TableNames, id: RecordId): Statement {
     names,
     'inspect_lock',
     ['text', 'text', 'text'],
-    () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*
+    () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*, ${SERVER}
 FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
     [id.scope, id.operation, id.key],
   )
@@ -109,6 +111,7 @@ export type InspectedLock = { held: boolean; holder_ms: number | null } & (
 /** The lock statement's answer: whether the lock was granted. */
 export interface Locked {
   locked: boolean
+  server: number
 }
 
 /** The row as the lock-mode lookup returns it; `version` identifies the row version for the finishing fence. */

@@ -14,6 +14,7 @@ import {
   type ReservationProtocol,
   type ReserveRequest,
   recordState,
+  type ServerObserver,
 } from './reservation.js'
 
 export interface LockClaim<Tx = unknown> extends Claim<Tx> {
@@ -29,6 +30,7 @@ const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 export function lockReservation<Tx>(
   store: ResolvedStore<Tx>,
   fenced: boolean,
+  observe: ServerObserver = () => {},
 ): ReservationProtocol<LockClaim<Tx>> {
   const { database, names } = store
   // The lease guard is a fence too: the unfenced engine goes without it.
@@ -41,14 +43,17 @@ export function lockReservation<Tx>(
   async function lockAndLookup(
     session: Session<Tx>,
     request: ReserveRequest,
-  ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined }> {
+  ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined; server: number }> {
+    const sentAt = performance.now()
     const results = await session.run([
       'BEGIN',
       lq.lock(names, request.id, guardMs(request)),
       lq.lockedLookup(names, request.id),
     ])
     const row = firstRow<lq.LockedLookupRow>(results[2])
-    return { locked: firstRow<lq.Locked>(results[1])?.locked === true, row }
+    const lock = firstRow<lq.Locked>(results[1])
+    if (lock) observe(lock.server, sentAt)
+    return { locked: lock?.locked === true, row, server: lock?.server ?? 0 }
   }
 
   /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
@@ -102,7 +107,7 @@ export function lockReservation<Tx>(
   return {
     async reserve(request) {
       const session = await database.session()
-      let found: { locked: boolean; row: lq.LockedLookupRow | undefined }
+      let found: Awaited<ReturnType<typeof lockAndLookup>>
       let state: Inspection
       try {
         found = await lockAndLookup(session, request)
@@ -128,6 +133,7 @@ export function lockReservation<Tx>(
           // from the finish's now(), which is later than the reservation: both bounds are conservative.
           expiresInMs: earlier ? earlier.expires_in_ms : request.retentionMs,
           seen: row ? { version: row.version, status: row.status } : null,
+          server: found.server,
           token: undefined,
         }
         return { kind: 'claimed', claim }
@@ -141,7 +147,9 @@ export function lockReservation<Tx>(
     },
 
     async inspect(request, on) {
+      const sentAt = performance.now()
       const found = firstRow<lq.InspectedLock>(await on(lq.inspect(names, request.id)))
+      if (found) observe(found.server as number, sentAt)
       const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
       return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
     },

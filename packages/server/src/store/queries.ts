@@ -52,11 +52,18 @@ export interface RecordId {
 }
 
 export const PK = 'scope = $1 AND operation = $2 AND key = $3'
+
+/**
+ * Which server answered: when its postmaster started. A failover, a restore or a restart answers with another
+ * value; the replay cache empties then (see ReplayCache.confirm), even when no connection of this process broke (a
+ * pooler's survive them).
+ */
+export const SERVER = 'extract(epoch FROM pg_postmaster_start_time())::float8 AS server'
 export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
   (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
   greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
   (extract(epoch FROM (now() - updated_at)) * 1000)::float8 AS held_ms,
-  response_status, response_headers, response_body`
+  response_status, response_headers, response_body, ${SERVER}`
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
@@ -86,6 +93,8 @@ export interface LookupRow {
   response_status: number | null
   response_headers: Record<string, string> | null
   response_body: Buffer | null
+  /** See {@link SERVER}. */
+  server: number
 }
 
 /**

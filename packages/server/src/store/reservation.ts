@@ -6,6 +6,12 @@ import type { StoredResponse } from '../engine/types.js'
 import type { Rows, Session, Statement } from './database.js'
 import type { LookupRow, RecordId } from './queries.js'
 
+/**
+ * Told the identity of the server each reservation or inspection reached (see SERVER in queries.ts), with the local
+ * instant its statement was sent: the replay cache's confirmation.
+ */
+export type ServerObserver = (server: number, sentAt: number) => void
+
 /** What one attempt asks to reserve. */
 export interface ReserveRequest {
   id: RecordId
@@ -27,6 +33,8 @@ export interface Claim<Tx = unknown> {
   readonly replaced: 'expired' | 'takeover' | null
   /** Milliseconds from before the reservation was sent until the finished record will expire (replay cache). */
   readonly expiresInMs: number
+  /** The server the reservation reached (see SERVER in queries.ts): the one that will hold the finished record. */
+  readonly server: number
 }
 
 /** What a key's record says when this attempt does not (or may not) hold it. */

@@ -13,6 +13,7 @@ import {
   PK,
   type RecordId,
   replaceRow,
+  SERVER,
   sqlConstant,
 } from './queries.js'
 
@@ -68,7 +69,7 @@ function reserveText(names: TableNames): string {
     (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
 )
 SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
-  set_config('synchronous_commit', 'off', true) AS async_commit
+  set_config('synchronous_commit', 'off', true) AS async_commit, ${SERVER}
 FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`
 }
 

@@ -13,6 +13,7 @@ import {
   type Reservation,
   type ReservationProtocol,
   recordState,
+  type ServerObserver,
 } from './reservation.js'
 import * as rq from './row-queries.js'
 
@@ -24,6 +25,7 @@ export interface RowClaim<Tx = unknown> extends Claim<Tx> {
 export function rowReservation<Tx>(
   store: ResolvedStore<Tx>,
   fenced: boolean,
+  observe: ServerObserver = () => {},
 ): ReservationProtocol<RowClaim<Tx>> {
   const { database, names } = store
 
@@ -55,6 +57,7 @@ export function rowReservation<Tx>(
     request: Parameters<ReservationProtocol['reserve']>[0],
   ): Promise<Reservation<RowClaim<Tx>>> {
     const token = randomUUID()
+    const sentAt = performance.now()
     const session = await database.session()
     let row: q.LookupRow | undefined
     try {
@@ -70,6 +73,7 @@ export function rowReservation<Tx>(
         rq.guard(args.leaseGuardMs),
       ])
       const reserved = firstRow<rq.ReserveRow>(results[1])
+      if (reserved) observe(reserved.server as number, sentAt)
       if (reserved?.reserved) {
         const claim: RowClaim<Tx> = {
           request,
@@ -80,6 +84,7 @@ export function rowReservation<Tx>(
           // `status` and `expired` describe the row this reservation replaced, as the statement's snapshot saw it.
           replaced: reserved.expired ? 'expired' : reserved.status === 'in_progress' ? 'takeover' : null,
           expiresInMs: reserved.reserved_expires_in_ms ?? 0,
+          server: reserved.server as number,
         }
         return { kind: 'claimed', claim }
       }
@@ -106,7 +111,9 @@ export function rowReservation<Tx>(
     reserve,
 
     async inspect(request, on) {
+      const sentAt = performance.now()
       const row = firstRow<q.LookupRow>(await on(q.lookup(names, request.id)))
+      if (row) observe(row.server, sentAt)
       return answer(row, request.fingerprint)
     },
 
