@@ -20,7 +20,15 @@ export function failOpenReservation<Tx>(database: Database<Tx>): FailOpenReserva
       }
       return {
         kind: 'claimed',
-        claim: { request, session, attempt: 1, recoveryPoint: null, replaced: null, expiresInMs: 0, server: 0 },
+        claim: {
+          request,
+          session,
+          attempt: 1,
+          recoveryPoint: null,
+          replaced: null,
+          expiresInMs: 0,
+          server: 0,
+        },
       }
     },
     inspect: async () => ({ kind: 'free' }),
