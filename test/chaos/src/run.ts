@@ -14,7 +14,7 @@ import { type PlannedIntent, planIntents } from './generator.js'
 import { HistoryWriter, type ReportedEvent } from './history.js'
 import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
-import { freePort, ManagedProcess } from './processes.js'
+import { ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
 import { createRandom } from './random.js'
 import { ReplicatedCluster } from './replication.js'
@@ -47,6 +47,8 @@ const FAILOVER_REPLAYS = 10
  * open at once, or they all wait for a connection none of them releases.
  */
 const POOLER_POOL_SIZE = 40
+/** What the demo prints once it listens, with the port it bound (it is started with PORT=0). */
+const LISTENING = /^payments-api: listening at http:\/\/127\.0\.0\.1:(\d+)\//
 
 export async function run(
   options: ChaosOptions,
@@ -164,19 +166,29 @@ export async function run(
     const servers: ManagedProcess[] = []
     const supervised = new Set<ManagedProcess>()
     const paused = new Set<number>()
-    const ports: number[] = []
+    const proxies: FaultProxy[] = []
+    /**
+     * Points each instance's proxy at it (at the next instance while it is paused), and its duplicates at the next
+     * one. Every incarnation binds a port of its own (PORT=0), so this runs after every start; an instance that is
+     * down keeps its last address until it is back (its connections are refused meanwhile, as before a restart).
+     */
+    const route = () => {
+      for (const [j, proxy] of proxies.entries()) {
+        const next = servers[(j + 1) % servers.length]!.port
+        const own = paused.has(j) ? next : servers[j]!.port
+        if (own !== undefined) proxy.retarget({ port: own }, next === undefined ? undefined : { port: next })
+      }
+    }
     for (let i = 0; i < options.servers; i++) {
       const name = `api-${i + 1}`
-      const port = await freePort()
-      ports.push(port)
       const server: ManagedProcess = new ManagedProcess({
         name,
         args: [...NODE_ARGS, 'src/main.ts'],
         cwd: join(ROOT, 'apps/payments-api'),
         logDir,
-        ready: { url: `http://127.0.0.1:${port}/healthz` },
+        ready: { port: LISTENING, healthPath: '/healthz' },
         env: () => ({
-          PORT: String(port),
+          PORT: '0',
           HOST: '127.0.0.1',
           DATABASE_URL: proxiedDbUrl.toString(),
           ...(bouncer ? { DATABASE_POOLER: 'transaction' } : {}),
@@ -229,6 +241,7 @@ export async function run(
       if (shuttingDown || p.running) return
       await p.start().catch((error) => log(`restart of ${p.name} failed: ${(error as Error).message}`))
       if (p.pid) record(p.name, { type: 'process', action: 'ready', pid: p.pid })
+      route()
     }
     cleanup.push(async () => Promise.all(servers.map((s) => s.dispose())))
     // One at a time: the first runs the migrations, the others find them done.
@@ -238,7 +251,6 @@ export async function run(
     }
 
     // A fault proxy in front of each instance; duplicates go to the next instance.
-    const proxies: FaultProxy[] = []
     for (let i = 0; i < options.servers; i++) {
       const name = `proxy-api-${i + 1}`
       const proxyRandom = random.fork(name)
@@ -248,8 +260,8 @@ export async function run(
       }
       const proxy = await FaultProxy.start({
         name,
-        upstream: { port: ports[i]! },
-        duplicateTo: { port: ports[(i + 1) % ports.length]! },
+        upstream: { port: servers[i]!.port! },
+        duplicateTo: { port: servers[(i + 1) % servers.length]!.port! },
         random: proxyRandom,
         rates,
         delayMs: CLIENT_TIMEOUT_MS + 1000,
@@ -373,16 +385,14 @@ export async function run(
           if (candidates.length === 0 || paused.size > 0) return false
           const i = nemesisRandom.pick(candidates)
           const server = servers[i]!
-          const other = (i + 1) % servers.length
           paused.add(i)
           fault('nemesis', 'pause-server', server.name, 'start')
           server.pause()
-          for (const proxy of proxies)
-            if (proxy.upstream.port === ports[i]) proxy.retarget({ port: ports[other]! })
+          route()
           await new Promise((r) => setTimeout(r, ms))
           server.resume()
-          for (const [j, proxy] of proxies.entries()) proxy.retarget({ port: ports[j]! })
           paused.delete(i)
+          route()
           fault('nemesis', 'pause-server', server.name, 'stop')
           return true
         },
@@ -494,6 +504,7 @@ export async function run(
       await server.start()
       record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
       supervised.add(server)
+      route()
     }
     // Drain until every worker reports nothing pending (or the rounds run out).
     draining = true
