@@ -10,8 +10,10 @@ import { fileURLToPath } from 'node:url'
 import { createTestDatabase, type PgBouncer, startPgBouncer } from '@oncely/test-support'
 import { check, FAILOVER_MARGIN_MS } from './checker.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
-import { type PlannedIntent, planIntents } from './generator.js'
-import { HistoryWriter, type ReportedEvent } from './history.js'
+import { type PlannedIntent, planBurst, planIntents } from './generator.js'
+import { startHealthMonitor } from './health-monitor.js'
+import { HistoryWriter, type NewEvent, type ReportedEvent } from './history.js'
+import { IntentTracker } from './in-flight.js'
 import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
 import { ManagedProcess } from './processes.js'
@@ -20,6 +22,8 @@ import { createRandom } from './random.js'
 import { ReplicatedCluster } from './replication.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
 import { crashRotation } from './rotation.js'
+import { sendBurst } from './saturation.js'
+import { keysInProgress, settle, waitFor } from './settle.js'
 import { readFinalDb } from './snapshot.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -47,6 +51,22 @@ const FAILOVER_REPLAYS = 10
  * open at once, or they all wait for a connection none of them releases.
  */
 const POOLER_POOL_SIZE = 40
+/**
+ * The API's own pool (`DATABASE_POOL_SIZE`): small, so a burst of a few times as many requests fills it, as a busy
+ * production pool is filled, and an attempt that waits for a second connection while it holds one shows.
+ */
+const API_POOL_SIZE = 5
+/** Requests per pool-saturating burst. */
+const BURST_SIZE = 4 * API_POOL_SIZE
+/** When, after a burst starts, the API's database connections are terminated (while the burst holds them). */
+const BURST_KILLS_MS = [300, 1500] as const
+/**
+ * How long a request sent straight to an instance (a burst's, a health probe) may wait for its answer. Well above
+ * what the faults hold a request for (a pause of 3 s, a stall of 3.5 s, a slow card of 3 s queued behind a burst).
+ */
+const LIVENESS_BOUND_MS = 30_000
+/** How long the final settling waits for the intents still in flight. */
+const SETTLE_TIMEOUT_MS = 120_000
 /** What the demo prints once it listens, with the port it bound (it is started with PORT=0). */
 const LISTENING = /^payments-api: listening at http:\/\/127\.0\.0\.1:(\d+)\//
 
@@ -60,7 +80,10 @@ export async function run(
   const history = new HistoryWriter(join(options.runDir, 'history.jsonl'))
   const random = createRandom(options.seed)
   const enabled = new Set<string>(options.faults)
-  const record = (process: string, event: ReportedEvent) => history.append({ ...event, process } as never)
+  // Every event also tells the tracker where each intent stands, so the drain can wait for all of them.
+  const tracker = new IntentTracker()
+  const append = (event: NewEvent) => tracker.observe(history.append(event))
+  const record = (process: string, event: ReportedEvent) => append({ ...event, process } as NewEvent)
   const fault = (process: string, name: string, target: string, phase: 'start' | 'stop' | 'once' = 'once') =>
     record(process, { type: 'fault', fault: name, target, phase })
   let shuttingDown = false
@@ -191,6 +214,7 @@ export async function run(
           PORT: '0',
           HOST: '127.0.0.1',
           DATABASE_URL: proxiedDbUrl.toString(),
+          DATABASE_POOL_SIZE: String(API_POOL_SIZE),
           ...(bouncer ? { DATABASE_POOLER: 'transaction' } : {}),
           PROVIDER_DATABASE_URL: provider.url,
           LOG_LEVEL: 'warn',
@@ -249,6 +273,13 @@ export async function run(
       await server.start()
       record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
     }
+    // Liveness: every instance's /healthz, straight to it, from now until the ledger is read.
+    const health = startHealthMonitor({
+      instances: () => servers.map((s) => ({ name: s.name, pid: s.pid, port: s.port })),
+      record: append,
+      boundMs: LIVENESS_BOUND_MS,
+    })
+    cleanup.push(() => health.stop())
 
     // A fault proxy in front of each instance; duplicates go to the next instance.
     for (let i = 0; i < options.servers; i++) {
@@ -327,6 +358,7 @@ export async function run(
         },
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
+          tracker.processExited(name)
           if (shuttingDown) return
           void restart(worker).then(() =>
             worker.send(JSON.stringify({ type: draining ? 'drain' : 'resume' })),
@@ -348,6 +380,15 @@ export async function run(
       expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
     })
     const planned = new Map(plan.map((intent) => [intent.id, intent]))
+    /** What each raw intent (a probe, a failover replay, a burst) was sent as, to send it again at the end. */
+    const raw = new Map<
+      string,
+      { worker: number; command: Extract<Command, { type: 'probe' }> } | PlannedIntent
+    >()
+    const sendProbe = (worker: number, command: Extract<Command, { type: 'probe' }>) => {
+      raw.set(command.intent, { worker, command })
+      return workers[worker]!.send(JSON.stringify(command))
+    }
     let replays = 0
     /**
      * After a failover, the intents acknowledged from shortly before it began go again with their key and body, as a
@@ -360,19 +401,27 @@ export async function run(
         const original = planned.get(id)!
         const key = keys.get(id)
         if (!key) continue
-        workers[original.worker]!.send(
-          JSON.stringify({
-            type: 'probe',
-            intent: `f${String(++replays).padStart(5, '0')}`,
-            of: id,
-            kind: 'failover-replay',
-            key,
-            body: original.body,
-          }),
-        )
+        sendProbe(original.worker, {
+          type: 'probe',
+          intent: `f${String(++replays).padStart(5, '0')}`,
+          of: id,
+          kind: 'failover-replay',
+          key,
+          body: original.body,
+        })
       }
     }
     const nemesisRandom = random.fork('nemesis')
+    const burstRandom = random.fork('bursts')
+    let bursts = 0
+    /** `pg_terminate_backend` on every connection to the run's database but our own; how many it ended. */
+    const terminateBackends = async (): Promise<number> => {
+      const killed = await db.pool.query(
+        'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [db.name],
+      )
+      return killed.rows[0]?.n ?? 0
+    }
     const nemesis = startNemesis({
       random: nemesisRandom,
       faults: options.faults,
@@ -429,17 +478,42 @@ export async function run(
           return true
         },
         async killDbConnections() {
-          const killed = await db.pool.query(
-            'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
-            [db.name],
-          )
+          const terminated = await terminateBackends()
           record('nemesis', {
             type: 'fault',
             fault: 'kill-db-connections',
             target: db.name,
             phase: 'once',
-            detail: { terminated: killed.rows[0]?.n ?? 0 },
+            detail: { terminated },
           })
+          return true
+        },
+        async saturatePool() {
+          const candidates = servers.flatMap((s, i) => (s.port !== undefined && !paused.has(i) ? [i] : []))
+          if (candidates.length === 0) return false
+          const server = servers[burstRandom.pick(candidates)]!
+          const intents = planBurst(burstRandom, { round: ++bursts, size: BURST_SIZE })
+          for (const intent of intents) raw.set(intent.id, intent)
+          const flavors: Record<string, number> = {}
+          for (const { flavor } of intents) flavors[flavor] = (flavors[flavor] ?? 0) + 1
+          const target = server.name
+          fault('nemesis', 'saturate-pool', target, 'start')
+          const started = Date.now()
+          const burst = sendBurst({
+            intents,
+            target: () => ({ name: target, port: server.port }),
+            record: (event) => record('nemesis', event),
+            boundMs: LIVENESS_BOUND_MS,
+          })
+          // Rounds of pg_terminate_backend while the burst holds the pool (what a restart or a failover does).
+          const terminated: number[] = []
+          for (const at of BURST_KILLS_MS) {
+            await new Promise((r) => setTimeout(r, Math.max(0, started + at - Date.now())))
+            terminated.push(await terminateBackends().catch(() => -1))
+          }
+          const { definite, indefinite } = await burst
+          const detail = { size: intents.length, flavors, terminated, definite, indefinite }
+          record('nemesis', { type: 'fault', fault: 'saturate-pool', target, phase: 'stop', detail })
           return true
         },
       },
@@ -475,7 +549,9 @@ export async function run(
       keys,
       readiness,
       send: (intent: PlannedIntent, command: Command) =>
-        workers[intent.worker]!.send(JSON.stringify(command)),
+        command.type === 'probe'
+          ? sendProbe(intent.worker, command)
+          : workers[intent.worker]!.send(JSON.stringify(command)),
       probeSent: (intent: PlannedIntent) => {
         probed.add(intent.kind)
         fault('generator', PROBE_FAULTS[intent.kind as ProbeIntentKind], intent.id)
@@ -529,6 +605,30 @@ export async function run(
       }).then((unsent) => late.filter((intent) => !unsent.includes(intent)))
       await waitFor(() => sent.every((intent) => answered.has(intent.id)), 120_000)
     }
+    await settle({
+      tracker,
+      timeoutMs: SETTLE_TIMEOUT_MS,
+      held: () => keysInProgress(db.pool),
+      sendAgain: async (intent) => {
+        const sent = raw.get(intent.id)
+        if (!sent) return
+        const firstAttempt = intent.attempts + 1
+        if ('command' in sent) {
+          sendProbe(sent.worker, { ...sent.command, again: true, firstAttempt })
+          return
+        }
+        const target = servers[0]!
+        await sendBurst({
+          intents: [sent],
+          target: () => ({ name: target.name, port: target.port }),
+          record: (event) => record('nemesis', event),
+          boundMs: LIVENESS_BOUND_MS,
+          again: { firstAttempt: () => firstAttempt },
+        })
+      },
+      log,
+    })
+    await health.stop()
     shuttingDown = true
 
     const finalDb = await readFinalDb(db.pool, { providerDb: provider.pool })
@@ -570,9 +670,18 @@ export async function run(
 
 type Command =
   | { type: 'request'; intent: string; body: PlannedIntent['body'] }
-  | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
-/** The probes the generator plans (`failover-replay` ones are sent by the driver after a failover). */
-type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal' | 'failover-replay'>
+  | {
+      type: 'probe'
+      intent: string
+      of: string
+      kind: string
+      key: string
+      body: PlannedIntent['body']
+      again?: boolean
+      firstAttempt?: number
+    }
+/** The probes the generator plans (the driver sends `failover-replay` ones after a failover, the nemesis its bursts). */
+type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal' | 'failover-replay' | 'saturation'>
 /** The fault each probe kind is counted as. */
 const PROBE_FAULTS = {
   'changed-payload': 'changed-payload',
@@ -632,11 +741,6 @@ async function dispatch(
     if (queue.length > 0) await new Promise((r) => setTimeout(r, io.spacingMs))
   }
   return late
-}
-
-async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
 }
 
 /** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */
