@@ -3,12 +3,12 @@
  * feeds the generator's intents to the workers, runs the nemesis, heals, drains, reads the ledger, checks it and
  * reports. docs/chaos.md describes the model.
  */
-import { spawn } from 'node:child_process'
-import { createWriteStream, mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { createTestDatabase, type PgBouncer, startPgBouncer } from '@oncely/test-support'
 import { check, FAILOVER_MARGIN_MS } from './checker.js'
+import { type Command, dispatch, PROBE_FAULTS, type ProbeIntentKind, type Readiness } from './dispatch.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
 import { type PlannedIntent, planBurst, planIntents } from './generator.js'
 import { startHealthMonitor } from './health-monitor.js'
@@ -22,9 +22,9 @@ import { createRandom } from './random.js'
 import { ReplicatedCluster } from './replication.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
 import { crashRotation } from './rotation.js'
-import { sendBurst } from './saturation.js'
+import { saturate, sendBurst } from './saturation.js'
 import { keysInProgress, settle, waitFor } from './settle.js'
-import { readFinalDb } from './snapshot.js'
+import { dump, readFinalDb } from './snapshot.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
 const NODE_ARGS = ['--conditions=@oncely/source', '--import', 'tsx']
@@ -494,26 +494,14 @@ export async function run(
           const server = servers[burstRandom.pick(candidates)]!
           const intents = planBurst(burstRandom, { round: ++bursts, size: BURST_SIZE })
           for (const intent of intents) raw.set(intent.id, intent)
-          const flavors: Record<string, number> = {}
-          for (const { flavor } of intents) flavors[flavor] = (flavors[flavor] ?? 0) + 1
-          const target = server.name
-          fault('nemesis', 'saturate-pool', target, 'start')
-          const started = Date.now()
-          const burst = sendBurst({
+          await saturate({
             intents,
-            target: () => ({ name: target, port: server.port }),
+            target: { name: server.name, port: () => server.port },
             record: (event) => record('nemesis', event),
             boundMs: LIVENESS_BOUND_MS,
+            terminateAt: BURST_KILLS_MS,
+            terminate: terminateBackends,
           })
-          // Rounds of pg_terminate_backend while the burst holds the pool (what a restart or a failover does).
-          const terminated: number[] = []
-          for (const at of BURST_KILLS_MS) {
-            await new Promise((r) => setTimeout(r, Math.max(0, started + at - Date.now())))
-            terminated.push(await terminateBackends().catch(() => -1))
-          }
-          const { definite, indefinite } = await burst
-          const detail = { size: intents.length, flavors, terminated, definite, indefinite }
-          record('nemesis', { type: 'fault', fault: 'saturate-pool', target, phase: 'stop', detail })
           return true
         },
       },
@@ -666,98 +654,4 @@ export async function run(
     // A passing run keeps its history, logs and report; the cluster is only worth its space when a run failed.
     if (cluster && passed) rmSync(pgdata, { recursive: true, force: true })
   }
-}
-
-type Command =
-  | { type: 'request'; intent: string; body: PlannedIntent['body'] }
-  | {
-      type: 'probe'
-      intent: string
-      of: string
-      kind: string
-      key: string
-      body: PlannedIntent['body']
-      again?: boolean
-      firstAttempt?: number
-    }
-/** The probes the generator plans (the driver sends `failover-replay` ones after a failover, the nemesis its bursts). */
-type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal' | 'failover-replay' | 'saturation'>
-/** The fault each probe kind is counted as. */
-const PROBE_FAULTS = {
-  'changed-payload': 'changed-payload',
-  reordered: 'reordered-payload',
-  'expired-replay': 'expired-replay',
-} as const satisfies Record<ProbeIntentKind, string>
-/** `send` now, `wait` for a later turn, or `never` (its key can no longer be what the probe needs). */
-type Readiness = 'send' | 'wait' | 'never'
-
-/**
- * Sends the plan in order, one every `spacingMs`. A probe waits until it is ready (see `readiness` in `run`): its
- * original has settled, so the key is already taken when it arrives (a probe that overtook its original would itself
- * be the first use of the key, and the original would rightly be the one refused), and its key lives or has expired
- * as the probe needs. A probe still waiting at `probeDeadline`, or one that can never be ready, is returned unsent,
- * so a hard fault mix cannot stretch the fault phase.
- */
-async function dispatch(
-  plan: PlannedIntent[],
-  io: {
-    spacingMs: number
-    probeDeadline: number
-    /** The originals that have not settled never will (the drain is over). */
-    final: boolean
-    keys: ReadonlyMap<string, string>
-    readiness(intent: PlannedIntent, final: boolean): Promise<Readiness>
-    send(intent: PlannedIntent, command: Command): boolean
-    probeSent(intent: PlannedIntent): void
-  },
-): Promise<PlannedIntent[]> {
-  const queue = [...plan]
-  const late: PlannedIntent[] = []
-  while (queue.length > 0) {
-    const intent = queue.shift()!
-    if (intent.kind === 'normal') {
-      // A worker being restarted cannot take it now; it goes to the back of the queue.
-      if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(intent)
-    } else {
-      const ready = await io.readiness(intent, io.final)
-      const command = {
-        type: 'probe' as const,
-        intent: intent.id,
-        of: intent.of!,
-        kind: intent.kind,
-        key: io.keys.get(intent.of!)!,
-        body: intent.body,
-      }
-      if (ready === 'send' && io.send(intent, command)) {
-        io.probeSent(intent)
-      } else if (ready === 'never') {
-        late.push(intent)
-      } else if (Date.now() < io.probeDeadline) {
-        queue.push(intent)
-      } else {
-        late.push(intent)
-      }
-    }
-    if (queue.length > 0) await new Promise((r) => setTimeout(r, io.spacingMs))
-  }
-  return late
-}
-
-/** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */
-async function dump(url: string, file: string, log: (line: string) => void): Promise<void> {
-  await new Promise<void>((resolve) => {
-    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk
-    })
-    child.stdout.pipe(createWriteStream(file))
-    const fail = (why: string) => {
-      rmSync(file, { force: true })
-      log(`no dump.sql (${why.trim().split('\n')[0]}); ledger.json holds the rows the checker read`)
-      resolve()
-    }
-    child.on('error', (error) => fail(error.message))
-    child.on('exit', (code) => (code === 0 ? resolve() : fail(stderr || `pg_dump exited with ${code}`)))
-  })
 }

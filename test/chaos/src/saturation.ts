@@ -34,6 +34,43 @@ export interface BurstOptions {
 
 const PATH = '/v1/payments'
 
+/**
+ * One `saturate-pool` fault: the burst to one instance, with rounds of `pg_terminate_backend` at the given times
+ * after its start, between a `start` and a `stop` fault event (the stop's detail says what came of it). Resolves
+ * once every request of the burst ended.
+ */
+export async function saturate(options: {
+  intents: ReadonlyArray<PlannedIntent & { flavor: BurstFlavor }>
+  target: { name: string; port: () => number | undefined }
+  record: (event: ReportedEvent) => void
+  boundMs: number
+  /** When to terminate the database's connections, in ms after the burst started. */
+  terminateAt: readonly number[]
+  /** Terminates them; resolves how many. */
+  terminate: () => Promise<number>
+}): Promise<void> {
+  const { intents, target, record } = options
+  const flavors: Record<string, number> = {}
+  for (const { flavor } of intents) flavors[flavor] = (flavors[flavor] ?? 0) + 1
+  record({ type: 'fault', fault: 'saturate-pool', target: target.name, phase: 'start' })
+  const started = Date.now()
+  const burst = sendBurst({
+    intents,
+    target: () => ({ name: target.name, port: target.port() }),
+    record,
+    boundMs: options.boundMs,
+  })
+  // Rounds of pg_terminate_backend while the burst holds the pool (what a restart or a failover does).
+  const terminated: number[] = []
+  for (const at of options.terminateAt) {
+    await new Promise((r) => setTimeout(r, Math.max(0, started + at - Date.now())))
+    terminated.push(await options.terminate().catch(() => -1))
+  }
+  const { definite, indefinite } = await burst
+  const detail = { size: intents.length, flavors, terminated, definite, indefinite }
+  record({ type: 'fault', fault: 'saturate-pool', target: target.name, phase: 'stop', detail })
+}
+
 /** Sends every intent at once; resolves when each has a definite answer or ran out of budget. */
 export async function sendBurst(options: BurstOptions): Promise<{ definite: number; indefinite: number }> {
   const outcomes = await Promise.all(options.intents.map((intent) => sendIntent(intent, options)))
