@@ -593,6 +593,10 @@ export async function run(
       }).then((unsent) => late.filter((intent) => !unsent.includes(intent)))
       await waitFor(() => sent.every((intent) => answered.has(intent.id)), 120_000)
     }
+    // Burst payments go again one after another, round-robin over the instances: settling finishes what a burst
+    // left, it is not another burst.
+    let burstsAgain = Promise.resolve()
+    let nextInstance = 0
     await settle({
       tracker,
       timeoutMs: SETTLE_TIMEOUT_MS,
@@ -605,14 +609,17 @@ export async function run(
           sendProbe(sent.worker, { ...sent.command, again: true, firstAttempt })
           return
         }
-        const target = servers[0]!
-        await sendBurst({
-          intents: [sent],
-          target: () => ({ name: target.name, port: target.port }),
-          record: (event) => record('nemesis', event),
-          boundMs: LIVENESS_BOUND_MS,
-          again: { firstAttempt: () => firstAttempt },
+        const target = servers[nextInstance++ % servers.length]!
+        burstsAgain = burstsAgain.then(async () => {
+          await sendBurst({
+            intents: [sent],
+            target: () => ({ name: target.name, port: target.port }),
+            record: (event) => record('nemesis', event),
+            boundMs: LIVENESS_BOUND_MS,
+            again: { firstAttempt: () => firstAttempt },
+          })
         })
+        await burstsAgain
       },
       log,
     })
