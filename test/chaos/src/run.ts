@@ -235,6 +235,9 @@ export async function run(
           ONCELY_REPLAY_CACHE: options.replayCache ? '1' : '0',
         }),
         onLine: (line) => {
+          // As soon as it listens (it answers 503 while it waits for its database), not once it is ready: a client
+          // meanwhile gets a 503 with Retry-After, as from a restarting instance on a fixed port, not a refusal.
+          if (LISTENING.test(line)) route()
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
           if (crash) {
             fault(name, `crash-${crash[1]}`, name)
