@@ -5,7 +5,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
 import { createEngineForTesting } from '../src/testing/index.js'
-import { fingerprintOf, freshKey, reservation, sleep } from './helpers.js'
+import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -95,7 +95,14 @@ for (const preparedStatements of [true, false]) {
       reservation,
       leaseMs: 100,
       replayCache: false,
-      hooks: { beforeCommit: () => (paused ? sleep(400) : undefined) },
+      // The process stalls past the lease, then waits: it renews nothing meanwhile.
+      hooks: {
+        beforeCommit: () => {
+          if (!paused) return undefined
+          stallEventLoop(200)
+          return sleep(200)
+        },
+      },
     })
     const fast = createEngine({ store, reservation, leaseMs: 5_000, replayCache: false })
     const key = freshKey()
