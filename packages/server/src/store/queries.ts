@@ -189,8 +189,9 @@ WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
 
 /**
  * Extends the lease of a key this attempt still holds (fenced on its token), committed on its own: a live holder
- * renews while its handler runs, so only one that stopped lets its lease run out. The expiry is pushed out too when
- * the lease would outlive it. Zero rows means the key is no longer this attempt's.
+ * renews while its handler runs, so only one that stopped lets its lease run out. A lease that already ran out is
+ * not revived (a renewal sent before a stall can arrive after it, when another attempt is entitled to the key). The
+ * expiry is pushed out too when the lease would outlive it. Zero rows means the key is no longer this attempt's.
  */
 export function renew(names: TableNames, id: RecordId, token: string, leaseMs: number): Query {
   return {
@@ -199,7 +200,7 @@ export function renew(names: TableNames, id: RecordId, token: string, leaseMs: n
       'renew',
       () => `UPDATE ${names.qualified} SET locked_until = now() + ${ms('$5')},
   expires_at = greatest(expires_at, now() + ${ms('$5')})
-WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
+WHERE ${PK} AND lock_token = $4 AND status = 'in_progress' AND locked_until > now()`,
     ),
     values: [id.scope, id.operation, id.key, token, leaseMs],
   }
