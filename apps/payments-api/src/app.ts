@@ -21,7 +21,7 @@ import { ONCELY_SCHEMA } from './database.js'
 import { createFaults, type Faults } from './faults.js'
 import { createMetrics, type Metrics, registerMetricsRoute } from './metrics.js'
 import { createPaymentHandler } from './payment-steps.js'
-import { clientErrorHandler, frameworkErrors, registerErrorHandler } from './problems.js'
+import { clientErrorHandler, frameworkErrors, registerErrorHandler, renderProblem } from './problems.js'
 import { createProvider, type Provider } from './provider.js'
 import { DEFAULT_WEB_ROOT, registerCheckoutPage } from './routes/checkout-page.js'
 import { registerHealthRoute } from './routes/health.js'
@@ -177,7 +177,8 @@ function createPaymentsEngine(
 async function withIdempotency(app: FastifyInstance, engine: Engine): Promise<PaymentExecutionSource> {
   await app.register(idempotency, { engine, tenant: (request) => request.tenant })
   return {
-    routeConfig: { idempotency: { required: true } },
+    // A thrown business error (a refused card) is stored and replayed as the problem+json the API sends for it.
+    routeConfig: { idempotency: { required: true, renderError: renderProblem } },
     run: (request, work) => {
       // The route requires a key, so the plugin runs it only with a context; the type cannot see the route's config.
       if (!request.idempotency) throw new Error('POST /v1/payments ran without its idempotency context')

@@ -64,6 +64,11 @@ export interface Config {
    */
   pooler: 'none' | 'transaction'
   /**
+   * Connections of the API's own pool (`DATABASE_POOL_SIZE`): the business transactions and the idempotency store's
+   * statements. The payment steps and the simulated provider have pools of their own. @default 20
+   */
+  poolSize: number
+  /**
    * The simulated provider's own Postgres (`PROVIDER_DATABASE_URL`): a real provider is another system, which keeps
    * its charges whatever happens to this API's database (a failover, a restore). @default DATABASE_URL
    */
@@ -209,6 +214,7 @@ export function loadConfig(env: Env = process.env): Config {
     host,
     databaseUrl,
     pooler: pooler(env),
+    poolSize: integer(env, 'DATABASE_POOL_SIZE', 20, 1, 10_000),
     providerDatabaseUrl: postgresUrl(env, 'PROVIDER_DATABASE_URL') ?? databaseUrl,
     leaseMs: integer(env, 'ONCELY_LEASE_MS', 30_000, 1),
     retentionMs: integer(env, 'ONCELY_RETENTION_MS', 86_400_000, 1),

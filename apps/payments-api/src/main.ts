@@ -36,7 +36,7 @@ if (databaseUrl === undefined) {
   databaseUrl = embedded.url
 }
 
-const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 })
+const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize })
 // An idle client's error (Postgres restarted) must not crash the process; the next query reconnects.
 pool.on('error', (error) => console.error(`payments-api: idle database connection lost: ${error.message}`))
 // The payment steps' own transactions: a request holds a `pool` connection for its business transaction while its
@@ -127,7 +127,8 @@ try {
   app = await buildApp({
     pool,
     stepsPool,
-    provider: createProvider({ pool: providerPool, ...config.provider }),
+    // The slow test card outlives the lease, so a charge that slow shows what the engine does with a lost lease.
+    provider: createProvider({ pool: providerPool, ...config.provider, slowCardMs: config.leaseMs + 1000 }),
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
     reservation: config.reservation,

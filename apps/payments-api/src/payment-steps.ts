@@ -82,8 +82,15 @@ export function createPaymentHandler(options: PaymentHandlerOptions) {
             // A decline is the provider's final answer for this key, kept like a charge; `finish` turns it into a 402.
             // No `compensate`: nothing after the charge fails permanently, so there is never a charge to refund.
             run: async ({ stepKey, state }) => {
-              const { amount, currency } = state.body
-              const charge = await provider.charge({ stepKey, tenantId: state.tenantId, amount, currency })
+              const { amount, currency, card } = state.body
+              // A refused card throws CardDeclinedError (402): the engine stores it as a permanent failure.
+              const charge = await provider.charge({
+                stepKey,
+                tenantId: state.tenantId,
+                amount,
+                currency,
+                ...(card === undefined ? {} : { card }),
+              })
               return { chargeId: charge.chargeId, chargeStatus: charge.status }
             },
           },

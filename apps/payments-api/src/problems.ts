@@ -4,13 +4,16 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
+import type { HandlerResponse } from '@oncely/server'
 import type { FastifyInstance, FastifyReply } from 'fastify'
+import { CardDeclinedError } from './provider.js'
 
 /** The demo's error codes, with their status and title. */
 export const DEMO_PROBLEMS = {
   unauthorized: { status: 401, title: 'Missing or malformed credentials' },
   invalid_request: { status: 400, title: 'Request body is invalid' },
   payment_declined: { status: 402, title: 'The payment was declined' },
+  card_declined: { status: 402, title: 'The card was declined' },
   not_found: { status: 404, title: 'Not found' },
   provider_unavailable: { status: 503, title: 'The payment provider is temporarily unavailable' },
   starting: { status: 503, title: 'The service is starting' },
@@ -27,6 +30,26 @@ export function demoProblem(
 ): ProblemDetails {
   const { status, title } = DEMO_PROBLEMS[code]
   return { type: `urn:oncely:demo:problem:${code}`, title, status, detail, code, ...extensions }
+}
+
+/** The problem a thrown business error stands for (a refused card), or undefined for any other error. */
+export function problemOfError(error: unknown): ProblemDetails | undefined {
+  if (error instanceof CardDeclinedError) return demoProblem('card_declined', error.message)
+  return undefined
+}
+
+/**
+ * The route's `renderError`: the response the engine stores for a thrown permanent error, the same problem+json
+ * the error handler would send.
+ */
+export function renderProblem(error: unknown): HandlerResponse {
+  const details = problemOfError(error) ?? {
+    type: 'about:blank',
+    title: 'Bad request',
+    status: 400,
+    detail: error instanceof Error ? error.message : String(error),
+  }
+  return { status: details.status, headers: { 'content-type': PROBLEM_CONTENT_TYPE }, body: details }
 }
 
 /** Sends problem details with their status and `application/problem+json`. */
@@ -62,6 +85,8 @@ export function registerErrorHandler(app: FastifyInstance): void {
         .join('; ')
       return sendProblem(reply, demoProblem('invalid_request', detail, { errors }))
     }
+    const business = problemOfError(error)
+    if (business) return sendProblem(reply, business)
     const status = error.statusCode ?? 500
     if (status >= 400 && status < 500) return sendProblem(reply, frameworkProblem(error, status))
     request.log.error({ err: error }, 'request failed')

@@ -7,6 +7,9 @@
  *   after the call still has been charged. That is exactly why the caller must send a deterministic key.
  * - It can be slow, fail transiently (before or after taking the charge: a lost response is the case that needs
  *   its idempotency), and declines amounts above {@link DECLINE_ABOVE}.
+ * - Like a real provider's test mode, a few {@link TEST_CARDS} pick an outcome per request: a card refused with a
+ *   402 error (thrown, as a provider SDK throws its card errors), a processing error that loses the first answer,
+ *   and a charge slower than the API's lease.
  */
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -14,6 +17,20 @@ import type pg from 'pg'
 
 /** Amounts above this are declined (in the currency's minor unit). */
 export const DECLINE_ABOVE = 1_000_000
+
+/**
+ * Cards that choose what the provider does with a charge, whatever the amount (any other card, or none, charges
+ * normally):
+ * - `declined`: refused with {@link CardDeclinedError} (HTTP 402); nothing is charged.
+ * - `processingError`: the first call for a step key takes the charge, then fails with
+ *   {@link ProviderUnavailableError} (its answer is lost); a retry with the same key gets that charge.
+ * - `slow`: the charge takes `slowCardMs`.
+ */
+export const TEST_CARDS = {
+  declined: '4000000000000002',
+  processingError: '4000000000000119',
+  slow: '4000000000000408',
+} as const
 
 /** A charge request. */
 export interface ChargeRequest {
@@ -24,6 +41,8 @@ export interface ChargeRequest {
   amount: number
   /** Three lowercase letters. */
   currency: string
+  /** The card to charge; see {@link TEST_CARDS}. @default a card that charges normally */
+  card?: string
 }
 
 /** What the provider answered. A decline is an answer, not an error: it is final for this key. */
@@ -42,6 +61,15 @@ export class ProviderUnavailableError extends Error {
   constructor(message: string, retryAfterMs = 1000) {
     super(message)
     this.retryAfterMs = retryAfterMs
+  }
+}
+
+/** The card was refused: a final answer for this request, nothing was charged. Carries its HTTP status, 402. */
+export class CardDeclinedError extends Error {
+  override name = 'CardDeclinedError' as const
+  readonly statusCode = 402
+  constructor(message = 'The card was declined; nothing was charged.') {
+    super(message)
   }
 }
 
@@ -64,6 +92,8 @@ export interface ProviderOptions {
    * @default Math.random
    */
   random?: () => number
+  /** How long a charge of {@link TEST_CARDS}`.slow` takes, in ms. @default 31000 (the API's default lease plus 1 s) */
+  slowCardMs?: number
 }
 
 /** The provider's API. */
@@ -72,6 +102,7 @@ export interface Provider {
    * Charges once per `stepKey`.
    *
    * @throws {ProviderUnavailableError} transiently; a retry with the same key is safe.
+   * @throws {CardDeclinedError} for a refused card; final.
    * @throws {ProviderKeyReusedError} when the key was used for another amount or currency.
    */
   charge(request: ChargeRequest): Promise<Charge>
@@ -87,9 +118,11 @@ export interface Provider {
  * const charge = await provider.charge({ stepKey, tenantId: 'acme', amount: 1250, currency: 'eur' })
  */
 export function createProvider(options: ProviderOptions): Provider {
-  const { pool, delayMs = 0, failureRate = 0, random = Math.random } = options
+  const { pool, delayMs = 0, failureRate = 0, random = Math.random, slowCardMs = 31_000 } = options
   if (!Number.isInteger(delayMs) || delayMs < 0)
     throw new TypeError('Expected `delayMs` to be a non-negative integer.')
+  if (!Number.isInteger(slowCardMs) || slowCardMs < 0)
+    throw new TypeError('Expected `slowCardMs` to be a non-negative integer.')
   if (!(failureRate >= 0 && failureRate <= 1))
     throw new TypeError('Expected `failureRate` to be between 0 and 1.')
 
@@ -129,11 +162,13 @@ export function createProvider(options: ProviderOptions): Provider {
     async charge(request) {
       const draw = failureRate > 0 ? random() : 1
       if (delayMs > 0) await sleep(delayMs)
+      if (request.card === TEST_CARDS.slow) await sleep(slowCardMs)
+      if (request.card === TEST_CARDS.declined) throw new CardDeclinedError()
       if (draw < failureRate / 2)
         throw new ProviderUnavailableError('Provider unavailable; nothing was charged.')
       const charge = await record(request)
-      if (draw < failureRate)
-        throw new ProviderUnavailableError('Provider timed out after taking the charge.')
+      const lost = draw < failureRate || (request.card === TEST_CARDS.processingError && charge.created)
+      if (lost) throw new ProviderUnavailableError('Provider timed out after taking the charge.')
       return charge
     },
     async countCharges(filter = {}) {

@@ -9,6 +9,7 @@ describe('loadConfig', () => {
       host: '127.0.0.1',
       databaseUrl: undefined,
       pooler: 'none',
+      poolSize: 20,
       providerDatabaseUrl: undefined,
       leaseMs: 30_000,
       retentionMs: 86_400_000,
@@ -30,6 +31,7 @@ describe('loadConfig', () => {
     [{ PROVIDER_DATABASE_URL: 'redis://x' }, /PROVIDER_DATABASE_URL must be a postgres/],
     [{ ONCELY_REPLAY_CACHE: 'off' }, /ONCELY_REPLAY_CACHE must be 1 or 0/],
     [{ DATABASE_POOLER: 'session' }, /DATABASE_POOLER must be none or transaction/],
+    [{ DATABASE_POOL_SIZE: '0' }, /DATABASE_POOL_SIZE must be an integer from 1/],
     [{ ONCELY_RESERVATION: 'locks' }, /ONCELY_RESERVATION must be lock or row/],
     [{ ONCELY_CHAOS: 'yes' }, /ONCELY_CHAOS must be 1 or 0/],
     [{ ONCELY_CRASH_AT: 'after-provider' }, /ONCELY_CRASH_AT only has an effect with ONCELY_CHAOS=1/],
@@ -49,8 +51,9 @@ describe('loadConfig', () => {
     expect(loadConfig({ ONCELY_REPLAY_CACHE: '1' }).replayCache).toBe(true)
   })
 
-  it("reads the pooler mode, and the provider's database (the API's own unless named)", () => {
+  it("reads the pooler mode, the pool's size, and the provider's database (the API's own unless named)", () => {
     expect(loadConfig({ DATABASE_POOLER: 'transaction' }).pooler).toBe('transaction')
+    expect(loadConfig({ DATABASE_POOL_SIZE: '5' }).poolSize).toBe(5)
     const url = 'postgres://127.0.0.1/app'
     expect(loadConfig({ DATABASE_URL: url }).providerDatabaseUrl).toBe(url)
     const provider = 'postgres://127.0.0.1/provider'

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildApp } from '../src/app.js'
 import { prepareDatabase } from '../src/database.js'
-import { createProvider } from '../src/provider.js'
+import { createProvider, TEST_CARDS } from '../src/provider.js'
 import { count, pay, queuedRandom } from './support/app.js'
 import { sendRaw } from './support/fuzz-requests.js'
 
@@ -309,6 +309,63 @@ describe('POST /v1/payments', () => {
     expect(retried.headers['idempotent-replayed']).toBeUndefined()
     expect(await count(db.pool, 'provider_charges', ['tenant_id', 'lost_answer'])).toBe(1)
     expect(await count(db.pool, 'payments', ['tenant_id', 'lost_answer'])).toBe(1)
+  })
+})
+
+describe("the provider's test cards", () => {
+  it('a declined card: the thrown 402 is stored and replayed as problem+json, the provider is not called again', async () => {
+    const key = randomUUID()
+    const declined = { ...body, card: TEST_CARDS.declined }
+    const first = await pay(app, declined, { key, tenant: 'card_declined' })
+    expect(first.statusCode).toBe(402)
+    expect(first.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(first.json()).toMatchObject({
+      status: 402,
+      code: 'card_declined',
+      type: 'urn:oncely:demo:problem:card_declined',
+    })
+    const { rows } = await db.pool.query(
+      'SELECT status, response_status FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2',
+      ['card_declined', key],
+    )
+    expect(rows).toEqual([{ status: 'failed_permanent', response_status: 402 }])
+    const again = await pay(app, declined, { key, tenant: 'card_declined' })
+    expect(again.statusCode).toBe(402)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toBe(first.body)
+    expect(await count(db.pool, 'provider_charges', ['tenant_id', 'card_declined'])).toBe(0)
+    expect(await count(db.pool, 'payments', ['tenant_id', 'card_declined'])).toBe(0)
+  })
+
+  it('a processing error: the first answer is lost after the charge (503); the retry gets that charge', async () => {
+    const key = randomUUID()
+    const card = { ...body, card: TEST_CARDS.processingError }
+    const failed = await pay(app, card, { key, tenant: 'card_processing' })
+    expect(failed.statusCode).toBe(503)
+    expect(failed.json()).toMatchObject({ code: 'provider_unavailable' })
+    expect(await count(db.pool, 'provider_charges', ['tenant_id', 'card_processing'])).toBe(1)
+    const retried = await pay(app, card, { key, tenant: 'card_processing' })
+    expect(retried.statusCode).toBe(201)
+    expect(await count(db.pool, 'provider_charges', ['tenant_id', 'card_processing'])).toBe(1)
+    expect(await count(db.pool, 'payments', ['tenant_id', 'card_processing'])).toBe(1)
+  })
+
+  it('a slow card takes slowCardMs; any other card is charged as usual', async () => {
+    const provider = createProvider({ pool: db.pool, slowCardMs: 300 })
+    const charge = (card: string, stepKey = randomUUID()) =>
+      provider.charge({ stepKey, tenantId: 'card_slow', amount: 10, currency: 'eur', card })
+    // A lower bound only: a timer never fires early, however busy the machine.
+    const started = performance.now()
+    expect(await charge(TEST_CARDS.slow)).toMatchObject({ status: 'succeeded', created: true })
+    expect(performance.now() - started).toBeGreaterThanOrEqual(295)
+    expect(await charge('4242424242424242')).toMatchObject({ status: 'succeeded', created: true })
+  })
+
+  it('refuses a card that is not 12 to 19 digits with 400, before a key is reserved', async () => {
+    const key = randomUUID()
+    const res = await pay(app, { ...body, card: '4000-0000' }, { key })
+    expect(res.statusCode).toBe(400)
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
   })
 })
 

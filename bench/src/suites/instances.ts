@@ -5,8 +5,9 @@
 // instances could have helped. Then it sizes the key table from the rows those payments wrote, and times the reaper.
 import { type ChildProcess, spawn } from 'node:child_process'
 import os from 'node:os'
+import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
-import { createTestDatabase, freePort, waitFor } from '@oncely/test-support'
+import { createTestDatabase, waitFor } from '@oncely/test-support'
 import type pg from 'pg'
 import { load } from '../load.js'
 import { cpuSeconds, machineTicks } from '../proc.js'
@@ -90,10 +91,15 @@ interface ApiInstance {
   stop(): Promise<void>
 }
 
-/** Starts one payments API process on a free port and waits until `/healthz` says its database is ready. */
+/** The line the payments API prints once it listens, with the port it bound. */
+const LISTENING = /payments-api: listening at http:\/\/127\.0\.0\.1:(\d+)\//
+
+/**
+ * Starts one payments API process on a port of its own (PORT=0: it binds one and prints it, so no other process can
+ * take the port in between) and waits until `/healthz` says its database is ready.
+ */
 async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): Promise<ApiInstance> {
-  const port = await freePort()
-  const url = `http://127.0.0.1:${port}`
+  let url: string | undefined
   // The API's own TypeScript runs through tsx, but @oncely/* resolve to their built dist (no `@oncely/source`
   // condition), as an application installing them would run them; `pnpm bench` builds them first.
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
@@ -101,7 +107,7 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
     stdio: ['ignore', 'pipe', 'pipe'],
     env: {
       ...process.env,
-      PORT: String(port),
+      PORT: '0',
       HOST: '127.0.0.1',
       DATABASE_URL: databaseUrl,
       ONCELY_RESERVATION: reservation,
@@ -111,12 +117,14 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
   })
   // The last lines of its output, quoted if it exits while starting.
   const output: string[] = []
-  const keep = (chunk: Buffer) => {
-    output.push(...chunk.toString().split('\n').filter(Boolean))
+  const keep = (line: string) => {
+    const listening = LISTENING.exec(line)
+    if (listening && url === undefined) url = `http://127.0.0.1:${listening[1]}`
+    if (line !== '') output.push(line)
     output.splice(0, output.length - 20)
   }
-  child.stdout!.on('data', keep)
-  child.stderr!.on('data', keep)
+  createInterface({ input: child.stdout! }).on('line', keep)
+  createInterface({ input: child.stderr! }).on('line', keep)
   let exited = false
   const exit = new Promise<void>((resolve) =>
     child.on('exit', () => {
@@ -130,9 +138,10 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
   }
   try {
     await waitFor(
-      `the payments API on port ${port}`,
+      'the payments API to listen and its database to be ready',
       async () => {
         if (exited) throw new Error(`the payments API exited while starting:\n${output.join('\n')}`)
+        if (url === undefined) return false
         const response = await fetch(`${url}/healthz`).catch(() => undefined)
         await response?.arrayBuffer()
         return response?.status === 200
@@ -143,7 +152,7 @@ async function startInstance(databaseUrl: string, reservation: 'lock' | 'row'): 
     await stop()
     throw error
   }
-  return { url, pid: child.pid!, stop }
+  return { url: url!, pid: child.pid!, stop }
 }
 
 /** Keys that carry their tenant (`t3.<prefix>-17`), so a replay goes to the tenant that created the key. */

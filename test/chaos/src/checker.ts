@@ -15,6 +15,7 @@ import type {
   IntentEvent,
   ObservedResponse,
 } from './history.js'
+import { checkLiveness, type LivenessRule, type LivenessSummary } from './liveness.js'
 
 /** A row of the demo's `payments` table. */
 export interface PaymentRow {
@@ -130,6 +131,7 @@ export type Rule =
   | 'key-in-flight'
   | 'stored-response-without-effect'
   | 'replayed-lost-effect'
+  | LivenessRule
 
 export interface Violation {
   rule: Rule
@@ -149,6 +151,8 @@ export interface CheckResult {
   violations: Violation[]
   /** What asynchronous failovers lost (empty under synchronous replication, where a loss is a violation). */
   lostInFailover: LostTransaction[]
+  /** What the liveness rules measured (their violations are among `violations`). */
+  liveness: LivenessSummary
 }
 
 /** Responses the server stores and must replay verbatim: successes and permanent business refusals (402). */
@@ -241,7 +245,7 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     const charged = charges.get(ref) ?? []
     const kind = intent.invoke.kind ?? 'normal'
     // Reordered and expired-replay probes share their original's effect; only the original answers for its count.
-    const ownsEffect = kind === 'normal' || kind === 'changed-payload'
+    const ownsEffect = kind === 'normal' || kind === 'changed-payload' || kind === 'saturation'
 
     if (ownsEffect && paid.length > 1) {
       violations.push({ ...base, rule: 'duplicate-payment', message: `${paid.length} payments`, rows: paid })
@@ -401,6 +405,9 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     })
   }
 
+  const liveness = checkLiveness(history)
+  violations.push(...liveness.violations)
+
   const counts = Object.fromEntries(INTENT_CLASSES.map((c) => [c, 0])) as Record<IntentClass, number>
   for (const c of Object.values(classes)) counts[c]++
   return {
@@ -409,6 +416,7 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     counts,
     violations,
     lostInFailover: [...lostPayments.values()],
+    liveness: liveness.summary,
   }
 }
 

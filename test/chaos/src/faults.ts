@@ -21,6 +21,7 @@ export const FAULT_KINDS = [
   'kill-db-connections',
   'restart-db',
   'failover',
+  'saturate-pool',
   ...WORKER_CRASH_POINTS.map((step) => `kill-worker-${step}` as const),
   'changed-payload',
   'reordered-payload',

@@ -11,6 +11,7 @@
  * answer. An original is the target of at most one `expired-replay` probe, and of no other probe after it (a later
  * probe would renew the key the replay needs expired).
  */
+import { TEST_CARDS } from '@oncely/payments-api/src/provider.ts'
 import type { IntentKind, PaymentBody } from './history.js'
 import type { Random } from './random.js'
 
@@ -21,7 +22,10 @@ export interface PlannedIntent {
   /** The original intent, for probes. */
   of?: string
   body: PaymentBody
-  /** Which worker issues it (probes go to their original's worker, after it, so the original is settled or in flight). */
+  /**
+   * Which worker issues it (probes go to their original's worker, after it, so the original is settled or in flight);
+   * -1 for the driver's own (`saturation`).
+   */
   worker: number
 }
 
@@ -122,4 +126,66 @@ export function tenantOf(worker: number): string {
 
 function probe(id: string, original: PlannedIntent, kind: IntentKind) {
   return { id, tenant: original.tenant, kind, of: original.id, worker: original.worker }
+}
+
+/**
+ * What each request of a pool-saturating burst makes the demo's provider do (its test cards): `declined` throws a 402
+ * from the handler, `slow` outlives the lease, `processing-error` loses the first answer after the charge (503, then
+ * a retry), `plain` charges.
+ */
+export const BURST_FLAVORS = ['declined', 'slow', 'processing-error', 'plain'] as const
+export type BurstFlavor = (typeof BURST_FLAVORS)[number]
+
+const FLAVOR_CARDS: Record<BurstFlavor, string> = {
+  declined: TEST_CARDS.declined,
+  slow: TEST_CARDS.slow,
+  'processing-error': TEST_CARDS.processingError,
+  plain: '4242424242424242',
+}
+/** Of every ten requests of a burst: mostly the failure paths, which each want a second connection. */
+const FLAVOR_MIX: readonly BurstFlavor[] = [
+  'declined',
+  'declined',
+  'declined',
+  'declined',
+  'slow',
+  'slow',
+  'processing-error',
+  'processing-error',
+  'plain',
+  'plain',
+]
+
+/** The tenant of the saturation bursts (the workers' tenants are `tenant-<n>`). */
+export const BURST_TENANT = 'tenant-burst'
+
+/**
+ * Plans one pool-saturating burst: `size` payments with fresh keys and ids `s<round>-<n>`, each flavor in its share
+ * of {@link FLAVOR_MIX} (each at least once from ten requests on), in a seeded order. Pure.
+ */
+export function planBurst(
+  random: Random,
+  options: { round: number; size: number },
+): Array<PlannedIntent & { flavor: BurstFlavor }> {
+  const flavors = Array.from({ length: options.size }, (_, i) => FLAVOR_MIX[i % FLAVOR_MIX.length]!)
+  for (let i = flavors.length - 1; i > 0; i--) {
+    const j = random.int(0, i)
+    ;[flavors[i], flavors[j]] = [flavors[j]!, flavors[i]!]
+  }
+  return flavors.map((flavor, n) => {
+    const id = `s${String(options.round).padStart(3, '0')}-${String(n + 1).padStart(3, '0')}`
+    return {
+      id,
+      tenant: BURST_TENANT,
+      kind: 'saturation',
+      flavor,
+      body: {
+        amount: random.int(1, 100_000),
+        currency: random.pick(CURRENCIES),
+        reference: id,
+        card: FLAVOR_CARDS[flavor],
+      },
+      worker: -1,
+    }
+  })
 }

@@ -17,6 +17,8 @@ export interface PaymentBody {
   amount: number
   currency: string
   reference?: string
+  /** One of the demo provider's test cards (`saturation` intents): a decline, a slow charge, a processing error. */
+  card?: string
 }
 
 /** An HTTP response as the client saw it. */
@@ -32,8 +34,16 @@ export interface ObservedResponse {
  * the same body once the key has expired (a new request to the server, which must still answer as it did the first
  * time and book nothing new), `failover-replay` with the same body right after a failover (the driver sends one for
  * each intent acknowledged just before it: the key and its effect must have survived together or been lost together).
+ * `saturation` intents are the pool-saturating bursts of the nemesis: fresh keys, sent by the driver straight to one
+ * instance, each answered within a bound (see {@link AttemptEvent.boundMs}).
  */
-export type IntentKind = 'normal' | 'changed-payload' | 'reordered' | 'expired-replay' | 'failover-replay'
+export type IntentKind =
+  | 'normal'
+  | 'changed-payload'
+  | 'reordered'
+  | 'expired-replay'
+  | 'failover-replay'
+  | 'saturation'
 
 interface EventBase {
   /** 1-based line number in history.jsonl, assigned by the writer. */
@@ -85,6 +95,33 @@ export interface AttemptEvent extends EventBase {
   error?: string
   /** On `invoke`: when the worker sent the attempt, by its own clock (ms since the epoch). */
   sentAt?: number
+  /**
+   * On `invoke` of a request sent straight to an instance (not through a fault proxy): the instance (`api-2`), and
+   * how long its answer may take ({@link HealthEvent} has the same). The liveness rules judge these.
+   */
+  target?: string
+  boundMs?: number
+  /** On the completion of a request sent straight to an instance: when its answer, or its connection's end, came. */
+  receivedAt?: number
+}
+
+/**
+ * One `GET /healthz` of the liveness monitor, straight to an instance, recorded when it ended: answered (`ok`, any
+ * status), failed (`info`: the connection was refused or reset), or still waiting when the run ended (`info` without
+ * `receivedAt`; the event's `time` is then when the monitor gave up).
+ */
+export interface HealthEvent extends EventBase {
+  type: 'health'
+  phase: 'ok' | 'info'
+  /** The instance (`api-1`) and the pid of the incarnation the probe went to. */
+  target: string
+  pid?: number
+  sentAt: number
+  receivedAt?: number
+  status?: number
+  error?: string
+  /** How long the answer may take. */
+  boundMs: number
 }
 
 /** A fault the nemesis or a proxy injected. */
@@ -114,7 +151,7 @@ export interface DrainEvent extends EventBase {
   pending: string[]
 }
 
-export type HistoryEvent = IntentEvent | AttemptEvent | FaultEvent | ProcessEvent | DrainEvent
+export type HistoryEvent = IntentEvent | AttemptEvent | FaultEvent | ProcessEvent | DrainEvent | HealthEvent
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never
 

@@ -2,7 +2,8 @@
  * The nemesis: process-level faults on a seeded schedule, during the fault phase. Network faults run continuously
  * in the proxies (rates drawn from the seed) and crash points fire inside the processes; this loop adds what
  * needs the driver: pausing a server past its lease (the fencing case), killing database connections, restarting
- * Postgres and failing it over to its standby.
+ * Postgres, failing it over to its standby, and saturating an instance's connection pool with failing and slow
+ * attempts (the liveness case).
  */
 import type { FaultKind } from './faults.js'
 import type { Random } from './random.js'
@@ -17,6 +18,11 @@ export interface NemesisActions {
   restartDb(): Promise<boolean | undefined>
   /** Crash the primary and promote its standby (false while no standby is streaming). */
   failover(): Promise<boolean | undefined>
+  /**
+   * Send one instance a burst of failing and slow payments, several times its pool size, with rounds of
+   * `pg_terminate_backend` meanwhile; resolves once every request of the burst ended (false: no instance running).
+   */
+  saturatePool(): Promise<boolean | undefined>
 }
 
 export interface NemesisOptions {
@@ -34,7 +40,12 @@ export interface NemesisOptions {
 /** Starts the schedule; `stop()` ends it and waits for the fault in progress to finish (a paused server resumes). */
 export function startNemesis(options: NemesisOptions): { stop(): Promise<void> } {
   const kinds = options.faults.filter(
-    (f) => f === 'pause-server' || f === 'kill-db-connections' || f === 'restart-db' || f === 'failover',
+    (f) =>
+      f === 'pause-server' ||
+      f === 'kill-db-connections' ||
+      f === 'restart-db' ||
+      f === 'failover' ||
+      f === 'saturate-pool',
   )
   const mean = options.meanIntervalMs ?? 4000
   let stopped = kinds.length === 0
@@ -59,6 +70,7 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
         if (kind === 'pause-server') happened = await options.actions.pauseServer(options.pauseMs)
         else if (kind === 'restart-db') happened = await options.actions.restartDb()
         else if (kind === 'failover') happened = await options.actions.failover()
+        else if (kind === 'saturate-pool') happened = await options.actions.saturatePool()
         else happened = await options.actions.killDbConnections()
       } catch (error) {
         options.onError?.(error)

@@ -1,11 +1,14 @@
 /**
  * Child processes the driver owns: servers and client workers. Each can be started (and restarted), stopped,
- * SIGKILLed, SIGSTOPped and SIGCONTed; readiness is a line on its output or a health URL answering 2xx; output is
- * appended to `<logDir>/<name>.log` across restarts, so a failing run keeps every incarnation's log.
+ * SIGKILLed, SIGSTOPped and SIGCONTed; readiness is a line on its output, or the port a line announces answering
+ * 2xx on a health path; output is appended to `<logDir>/<name>.log` across restarts, so a failing run keeps every
+ * incarnation's log.
+ *
+ * A server child binds port 0 and announces the port it got: a port the driver picked and handed over could be taken
+ * by another process before the child binds it (every incarnation of a restarted server gets a new one).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 
@@ -17,7 +20,12 @@ export interface ExitInfo {
   signal: NodeJS.Signals | null
 }
 
-export type Readiness = { line: RegExp } | { url: string }
+/**
+ * `line`: ready once a line matches. `port`: a line whose first capture group is the loopback port the process
+ * bound (see {@link ManagedProcess.port}); ready then, or with `healthPath` once `http://127.0.0.1:<port><healthPath>`
+ * answers 2xx.
+ */
+export type Readiness = { line: RegExp } | { port: RegExp; healthPath?: string }
 
 export interface ProcessSpec {
   /** Names the process in logs and the history, e.g. `api-1`, `worker-3`. */
@@ -51,6 +59,7 @@ export class ManagedProcess {
   #exited: Promise<ExitInfo> = Promise.resolve({ code: null, signal: null })
   #log: WriteStream | undefined
   #starts = 0
+  #port: number | undefined
 
   constructor(spec: ProcessSpec) {
     if (!spec.name || !/^[\w.-]+$/.test(spec.name)) {
@@ -60,12 +69,9 @@ export class ManagedProcess {
     if (spec.readyTimeoutMs !== undefined && !(spec.readyTimeoutMs > 0)) {
       throw new TypeError('Expected `readyTimeoutMs` to be a positive number.')
     }
-    if (
-      spec.ready &&
-      'url' in spec.ready &&
-      !/^http:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(spec.ready.url)
-    ) {
-      throw new TypeError(`Expected \`ready.url\` to be a loopback http URL, got ${spec.ready.url}.`)
+    const health = spec.ready && 'port' in spec.ready ? spec.ready.healthPath : undefined
+    if (health !== undefined && !health.startsWith('/')) {
+      throw new TypeError('Expected `ready.healthPath` to be a path starting with /.')
     }
     this.spec = spec
     mkdirSync(spec.logDir, { recursive: true })
@@ -83,6 +89,11 @@ export class ManagedProcess {
 
   get running(): boolean {
     return this.#child !== undefined && this.#child.exitCode === null && this.#child.signalCode === null
+  }
+
+  /** The port the current incarnation announced (`ready: { port }`), once it did; a restart announces a new one. */
+  get port(): number | undefined {
+    return this.running ? this.#port : undefined
   }
 
   /** How many times it was started. */
@@ -106,11 +117,13 @@ export class ManagedProcess {
       stdio: ['pipe', 'pipe', 'pipe'],
     })
     this.#child = child
+    this.#port = undefined
     this.#starts++
     this.#log.write(
       `--- ${spec.name} start #${this.#starts} pid ${child.pid} at ${new Date().toISOString()} ---\n`,
     )
     const readyLine = spec.ready && 'line' in spec.ready ? spec.ready.line : undefined
+    const portLine = spec.ready && 'port' in spec.ready ? spec.ready : undefined
     let markReady: () => void = () => {}
     const ready = new Promise<void>((resolve) => {
       markReady = resolve
@@ -126,6 +139,16 @@ export class ManagedProcess {
       lines.on('line', (line) => {
         if (tail.push(line) > TAIL_LINES) tail.shift()
         if (readyLine?.test(line)) markReady()
+        const announced = portLine && this.#port === undefined ? portLine.port.exec(line) : null
+        if (announced && this.#child === child) {
+          this.#port = Number(announced[1])
+          const path = portLine!.healthPath
+          if (path === undefined) markReady()
+          else
+            void this.#pollHealth(`http://127.0.0.1:${this.#port}${path}`, child).then(
+              (ok) => ok && markReady(),
+            )
+        }
         spec.onLine?.(line, stream)
       })
     }
@@ -139,7 +162,6 @@ export class ManagedProcess {
     })
     this.#exited = exited
     if (!spec.ready) return
-    if ('url' in spec.ready) void this.#pollHealth(spec.ready.url, child).then((ok) => ok && markReady())
     const timeoutMs = spec.readyTimeoutMs ?? 30_000
     let timer: NodeJS.Timeout | undefined
     const outcome = await Promise.race([
@@ -227,13 +249,4 @@ export class ManagedProcess {
     }
     return false
   }
-}
-
-/** A TCP port free on loopback right now (for a child process to listen on). */
-export async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  const { port } = server.address() as { port: number }
-  await new Promise((r) => server.close(r))
-  return port
 }

@@ -82,6 +82,7 @@ export class FaultProxy {
   #holding = false
   #rates: Partial<Record<ProxyFault, number>> = {}
   #upstream: Upstream
+  #duplicateTo: Upstream | undefined
   #connections = 0
 
   private constructor(options: FaultProxyOptions) {
@@ -96,6 +97,7 @@ export class FaultProxy {
     checkUpstream('upstream', options.upstream)
     this.#upstream = options.upstream
     if (options.duplicateTo) checkUpstream('duplicateTo', options.duplicateTo)
+    this.#duplicateTo = options.duplicateTo
     if (this.#options.protocol !== 'http' && this.#options.protocol !== 'tcp') {
       throw new TypeError("Expected `protocol` to be 'http' or 'tcp'.")
     }
@@ -161,10 +163,16 @@ export class FaultProxy {
 
   /**
    * Sends new connections to another upstream, as a load balancer does when a health check fails (the nemesis
-   * moves traffic off a paused instance so another one takes its keys over). Open connections stay where they are.
+   * moves traffic off a paused instance so another one takes its keys over) or an instance comes back on another
+   * port; `duplicateTo`, when given, moves the duplicates' target too. Open connections stay where they are.
    */
-  retarget(upstream: Upstream): void {
+  retarget(upstream: Upstream, duplicateTo?: Upstream): void {
     checkUpstream('upstream', upstream)
+    if (duplicateTo !== undefined) {
+      if (this.#options.protocol === 'tcp') throw new TypeError('`duplicateTo` needs `protocol: http`.')
+      checkUpstream('duplicateTo', duplicateTo)
+      this.#duplicateTo = duplicateTo
+    }
     this.#upstream = upstream
   }
 
@@ -210,7 +218,7 @@ export class FaultProxy {
   }
 
   #needDuplicateTarget(): void {
-    if (!this.#options.duplicateTo) throw new TypeError('The `duplicate` fault needs `duplicateTo`.')
+    if (!this.#duplicateTo) throw new TypeError('The `duplicate` fault needs `duplicateTo`.')
   }
 
   #decide(): ProxyFault | 'pass' {
@@ -317,7 +325,8 @@ export class FaultProxy {
         case 'duplicate': {
           const lag = this.#options.random.int(0, this.#options.reorderMs)
           const copyFirst = this.#options.random.chance(0.5)
-          const copy = () => this.#sendDetached(this.#options.duplicateTo!, bytes)
+          const copyTo = this.#duplicateTo!
+          const copy = () => this.#sendDetached(copyTo, bytes)
           if (copyFirst) copy()
           await this.#sleep(lag)
           forward(bytes)

@@ -18,7 +18,7 @@ import { chmodSync, mkdirSync, rmSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
-import { freePort, ManagedProcess } from './processes.js'
+import { ManagedProcess } from './processes.js'
 import { FaultProxy } from './proxy.js'
 import { createRandom } from './random.js'
 
@@ -135,11 +135,19 @@ export class ReplicatedCluster {
     this.#stream.hold()
   }
 
-  /** Stops and starts the primary (a fast shutdown, as a restart). Not while a standby is being built from it. */
+  /**
+   * Stops and starts the primary (a fast shutdown, as a restart). Not while a standby is being built from it. It
+   * comes back on a port of its own (the endpoint and the replication stream follow it), so nothing else can have
+   * taken its old one meanwhile.
+   */
   async restartPrimary(): Promise<void> {
     if (this.#rebuilding) throw new Error('a standby is being built from the primary')
-    await this.#primary.process.stop(30_000)
-    await this.#primary.process.start()
+    const primary = this.#primary
+    await primary.process.stop(30_000)
+    await primary.process.start()
+    primary.port = primary.process.port!
+    this.endpoint.retarget({ port: primary.port })
+    this.#stream.retarget({ port: primary.port })
   }
 
   /**
@@ -264,27 +272,19 @@ export class ReplicatedCluster {
 }
 
 async function startNode(options: ClusterOptions, name: string, extra: string[] = []): Promise<Node> {
-  const port = await freePort()
   const dir = join(options.dir, name)
   const process = new ManagedProcess({
     name: `postgres-${name}`,
-    // --persistent: the data survives restarts (and fsync stays on, as in production).
-    args: [
-      join(ROOT, 'scripts/pg-server.mjs'),
-      '--dir',
-      dir,
-      '--port',
-      String(port),
-      '--persistent',
-      ...extra,
-    ],
+    // --persistent: the data survives restarts (and fsync stays on, as in production). No --port: pg-server picks
+    // one (another if it is taken before Postgres binds it) and names it on its READY line.
+    args: [join(ROOT, 'scripts/pg-server.mjs'), '--dir', dir, '--persistent', ...extra],
     cwd: ROOT,
     logDir: options.logDir,
-    ready: { line: /^READY / },
+    ready: { port: /^READY postgres:\/\/\S+@127\.0\.0\.1:(\d+)\// },
     readyTimeoutMs: 120_000,
   })
   await process.start()
-  return { process, port, dir, slot: '' }
+  return { process, port: process.port!, dir, slot: '' }
 }
 
 /** The standby's `sync_state` as its primary sees it while it streams, or undefined. */

@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs'
 import type { CheckResult, IntentClass, LostTransaction, Violation } from './checker.js'
 import type { FaultKind } from './faults.js'
 import type { HistoryEvent } from './history.js'
+import type { LivenessSummary } from './liveness.js'
 import { type ChaosOptions, reproduceCommand } from './options.js'
 
 export interface ReportedViolation extends Violation {
@@ -26,6 +27,8 @@ export interface ChaosReport {
   outcomes: Record<IntentClass, number>
   /** Acknowledged payments an asynchronous failover lost (also counted as `lost-in-failover` outcomes). */
   lostInFailover: LostTransaction[]
+  /** What the liveness rules measured: requests straight to the instances, and the longest waits. */
+  liveness: LivenessSummary
   /** Injected faults per kind; requested kinds that never happened are listed in `missingFaults`. */
   faults: Record<string, number>
   missingFaults: FaultKind[]
@@ -63,6 +66,7 @@ export function buildReport(input: ReportInput): ChaosReport {
     pooler: options.pooler,
     outcomes: result.counts,
     lostInFailover: result.lostInFailover,
+    liveness: result.liveness,
     faults: input.faults,
     missingFaults: options.faults.filter((kind) => !(input.faults[kind] ?? 0)),
     violations: result.violations.map((violation) => ({
@@ -109,6 +113,8 @@ export function formatSummary(report: ChaosReport): string {
       `  lost by ${report.replication} failover: ${report.lostInFailover.length} acknowledged payment(s); ${redone.length} run again after it, ${sameCharge.length} of them with the charge the provider already had`,
     )
   }
+  const live = livenessLine(report.liveness)
+  if (live) out.push(`  liveness: ${live}`)
   out.push(`  faults:   ${pairs(report.faults) || 'none'}`)
   if (report.missingFaults.length > 0) out.push(`  never happened: ${report.missingFaults.join(', ')}`)
   const byRule = new Map<string, number>()
@@ -124,6 +130,22 @@ export function formatSummary(report: ChaosReport): string {
   out.push(`  run directory: ${report.runDir}`)
   out.push(`  reproduce: ${report.reproduce}`)
   return out.join('\n')
+}
+
+/** `20 requests and 190 health probes straight to the instances, 0 unanswered; slowest 8.1 s, 1.2 s`. */
+function livenessLine(live: LivenessSummary | undefined): string | undefined {
+  if (!live || live.requests + live.healthProbes === 0) return undefined
+  const unanswered = live.unansweredRequests + live.unansweredHealth
+  const slowest = [live.slowestRequest, live.slowestHealth]
+    .filter((wait) => wait !== undefined)
+    .map((wait) => `${(wait.ms / 1000).toFixed(1)} s`)
+  return [
+    `${live.requests} requests and ${live.healthProbes} health probes straight to the instances,`,
+    unanswered === 0 ? 'all answered in time' : `${unanswered} not answered in time`,
+    slowest.length > 0 ? `(slowest ${slowest.join(', ')})` : '',
+  ]
+    .filter(Boolean)
+    .join(' ')
 }
 
 const on = (flag: boolean) => (flag ? 'on' : 'off')

@@ -3,24 +3,28 @@
  * feeds the generator's intents to the workers, runs the nemesis, heals, drains, reads the ledger, checks it and
  * reports. docs/chaos.md describes the model.
  */
-import { spawn } from 'node:child_process'
-import { createWriteStream, mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { createTestDatabase, type PgBouncer, startPgBouncer } from '@oncely/test-support'
 import { check, FAILOVER_MARGIN_MS } from './checker.js'
+import { type Command, dispatch, PROBE_FAULTS, type ProbeIntentKind, type Readiness } from './dispatch.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
-import { type PlannedIntent, planIntents } from './generator.js'
-import { HistoryWriter, type ReportedEvent } from './history.js'
+import { type PlannedIntent, planBurst, planIntents } from './generator.js'
+import { startHealthMonitor } from './health-monitor.js'
+import { HistoryWriter, type NewEvent, type ReportedEvent } from './history.js'
+import { IntentTracker } from './in-flight.js'
 import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
-import { freePort, ManagedProcess } from './processes.js'
+import { ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
 import { createRandom } from './random.js'
 import { ReplicatedCluster } from './replication.js'
 import { buildReport, type ChaosReport, writeReport } from './report.js'
 import { crashRotation } from './rotation.js'
-import { readFinalDb } from './snapshot.js'
+import { saturate, sendBurst } from './saturation.js'
+import { keysInProgress, settle, waitFor } from './settle.js'
+import { dump, readFinalDb } from './snapshot.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
 const NODE_ARGS = ['--conditions=@oncely/source', '--import', 'tsx']
@@ -47,6 +51,26 @@ const FAILOVER_REPLAYS = 10
  * open at once, or they all wait for a connection none of them releases.
  */
 const POOLER_POOL_SIZE = 40
+/**
+ * The API's own pool (`DATABASE_POOL_SIZE`): small, so a burst of a few times as many requests fills it, as a busy
+ * production pool is filled, and an attempt that waits for a second connection while it holds one shows.
+ */
+const API_POOL_SIZE = 5
+/** Requests per pool-saturating burst. */
+const BURST_SIZE = 4 * API_POOL_SIZE
+/** When, after a burst starts, the API's database connections are terminated (while the burst holds them). */
+const BURST_KILLS_MS = [300, 1500] as const
+/**
+ * How long a request sent straight to an instance (a burst's, a health probe) may wait for its answer. Far above what
+ * the faults hold a request for (a pause of 3 s, a stall of 3.5 s, a slow card of 3 s queued behind a burst) and what
+ * a loaded machine adds (the slowest answer seen with the machine's load at 25 on 2 cores: 22 s); a deadlocked pool
+ * answers never.
+ */
+const LIVENESS_BOUND_MS = 60_000
+/** How long the final settling waits for the intents still in flight. */
+const SETTLE_TIMEOUT_MS = 120_000
+/** What the demo prints once it listens, with the port it bound (it is started with PORT=0). */
+const LISTENING = /^payments-api: listening at http:\/\/127\.0\.0\.1:(\d+)\//
 
 export async function run(
   options: ChaosOptions,
@@ -58,7 +82,10 @@ export async function run(
   const history = new HistoryWriter(join(options.runDir, 'history.jsonl'))
   const random = createRandom(options.seed)
   const enabled = new Set<string>(options.faults)
-  const record = (process: string, event: ReportedEvent) => history.append({ ...event, process } as never)
+  // Every event also tells the tracker where each intent stands, so the drain can wait for all of them.
+  const tracker = new IntentTracker()
+  const append = (event: NewEvent) => tracker.observe(history.append(event))
+  const record = (process: string, event: ReportedEvent) => append({ ...event, process } as NewEvent)
   const fault = (process: string, name: string, target: string, phase: 'start' | 'stop' | 'once' = 'once') =>
     record(process, { type: 'fault', fault: name, target, phase })
   let shuttingDown = false
@@ -164,21 +191,32 @@ export async function run(
     const servers: ManagedProcess[] = []
     const supervised = new Set<ManagedProcess>()
     const paused = new Set<number>()
-    const ports: number[] = []
+    const proxies: FaultProxy[] = []
+    /**
+     * Points each instance's proxy at it (at the next instance while it is paused), and its duplicates at the next
+     * one. Every incarnation binds a port of its own (PORT=0), so this runs after every start; an instance that is
+     * down keeps its last address until it is back (its connections are refused meanwhile, as before a restart).
+     */
+    const route = () => {
+      for (const [j, proxy] of proxies.entries()) {
+        const next = servers[(j + 1) % servers.length]!.port
+        const own = paused.has(j) ? next : servers[j]!.port
+        if (own !== undefined) proxy.retarget({ port: own }, next === undefined ? undefined : { port: next })
+      }
+    }
     for (let i = 0; i < options.servers; i++) {
       const name = `api-${i + 1}`
-      const port = await freePort()
-      ports.push(port)
       const server: ManagedProcess = new ManagedProcess({
         name,
         args: [...NODE_ARGS, 'src/main.ts'],
         cwd: join(ROOT, 'apps/payments-api'),
         logDir,
-        ready: { url: `http://127.0.0.1:${port}/healthz` },
+        ready: { port: LISTENING, healthPath: '/healthz' },
         env: () => ({
-          PORT: String(port),
+          PORT: '0',
           HOST: '127.0.0.1',
           DATABASE_URL: proxiedDbUrl.toString(),
+          DATABASE_POOL_SIZE: String(API_POOL_SIZE),
           ...(bouncer ? { DATABASE_POOLER: 'transaction' } : {}),
           PROVIDER_DATABASE_URL: provider.url,
           LOG_LEVEL: 'warn',
@@ -199,6 +237,9 @@ export async function run(
           ONCELY_REPLAY_CACHE: options.replayCache ? '1' : '0',
         }),
         onLine: (line) => {
+          // As soon as it listens (it answers 503 while it waits for its database), not once it is ready: a client
+          // meanwhile gets a 503 with Retry-After, as from a restarting instance on a fixed port, not a refusal.
+          if (LISTENING.test(line)) route()
           const crash = /^ONCELY_CHAOS crash (\S+)/.exec(line)
           if (crash) {
             fault(name, `crash-${crash[1]}`, name)
@@ -229,6 +270,7 @@ export async function run(
       if (shuttingDown || p.running) return
       await p.start().catch((error) => log(`restart of ${p.name} failed: ${(error as Error).message}`))
       if (p.pid) record(p.name, { type: 'process', action: 'ready', pid: p.pid })
+      route()
     }
     cleanup.push(async () => Promise.all(servers.map((s) => s.dispose())))
     // One at a time: the first runs the migrations, the others find them done.
@@ -236,9 +278,15 @@ export async function run(
       await server.start()
       record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
     }
+    // Liveness: every instance's /healthz, straight to it, from now until the ledger is read.
+    const health = startHealthMonitor({
+      instances: () => servers.map((s) => ({ name: s.name, pid: s.pid, port: s.port })),
+      record: append,
+      boundMs: LIVENESS_BOUND_MS,
+    })
+    cleanup.push(() => health.stop())
 
     // A fault proxy in front of each instance; duplicates go to the next instance.
-    const proxies: FaultProxy[] = []
     for (let i = 0; i < options.servers; i++) {
       const name = `proxy-api-${i + 1}`
       const proxyRandom = random.fork(name)
@@ -248,8 +296,8 @@ export async function run(
       }
       const proxy = await FaultProxy.start({
         name,
-        upstream: { port: ports[i]! },
-        duplicateTo: { port: ports[(i + 1) % ports.length]! },
+        upstream: { port: servers[i]!.port! },
+        duplicateTo: { port: servers[(i + 1) % servers.length]!.port! },
         random: proxyRandom,
         rates,
         delayMs: CLIENT_TIMEOUT_MS + 1000,
@@ -315,6 +363,7 @@ export async function run(
         },
         onExit: ({ code, signal, pid }) => {
           record(name, { type: 'process', action: 'exit', pid, code, signal })
+          tracker.processExited(name)
           if (shuttingDown) return
           void restart(worker).then(() =>
             worker.send(JSON.stringify({ type: draining ? 'drain' : 'resume' })),
@@ -336,6 +385,15 @@ export async function run(
       expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
     })
     const planned = new Map(plan.map((intent) => [intent.id, intent]))
+    /** What each raw intent (a probe, a failover replay, a burst) was sent as, to send it again at the end. */
+    const raw = new Map<
+      string,
+      { worker: number; command: Extract<Command, { type: 'probe' }> } | PlannedIntent
+    >()
+    const sendProbe = (worker: number, command: Extract<Command, { type: 'probe' }>) => {
+      raw.set(command.intent, { worker, command })
+      return workers[worker]!.send(JSON.stringify(command))
+    }
     let replays = 0
     /**
      * After a failover, the intents acknowledged from shortly before it began go again with their key and body, as a
@@ -348,19 +406,27 @@ export async function run(
         const original = planned.get(id)!
         const key = keys.get(id)
         if (!key) continue
-        workers[original.worker]!.send(
-          JSON.stringify({
-            type: 'probe',
-            intent: `f${String(++replays).padStart(5, '0')}`,
-            of: id,
-            kind: 'failover-replay',
-            key,
-            body: original.body,
-          }),
-        )
+        sendProbe(original.worker, {
+          type: 'probe',
+          intent: `f${String(++replays).padStart(5, '0')}`,
+          of: id,
+          kind: 'failover-replay',
+          key,
+          body: original.body,
+        })
       }
     }
     const nemesisRandom = random.fork('nemesis')
+    const burstRandom = random.fork('bursts')
+    let bursts = 0
+    /** `pg_terminate_backend` on every connection to the run's database but our own; how many it ended. */
+    const terminateBackends = async (): Promise<number> => {
+      const killed = await db.pool.query(
+        'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [db.name],
+      )
+      return killed.rows[0]?.n ?? 0
+    }
     const nemesis = startNemesis({
       random: nemesisRandom,
       faults: options.faults,
@@ -373,16 +439,14 @@ export async function run(
           if (candidates.length === 0 || paused.size > 0) return false
           const i = nemesisRandom.pick(candidates)
           const server = servers[i]!
-          const other = (i + 1) % servers.length
           paused.add(i)
           fault('nemesis', 'pause-server', server.name, 'start')
           server.pause()
-          for (const proxy of proxies)
-            if (proxy.upstream.port === ports[i]) proxy.retarget({ port: ports[other]! })
+          route()
           await new Promise((r) => setTimeout(r, ms))
           server.resume()
-          for (const [j, proxy] of proxies.entries()) proxy.retarget({ port: ports[j]! })
           paused.delete(i)
+          route()
           fault('nemesis', 'pause-server', server.name, 'stop')
           return true
         },
@@ -419,16 +483,29 @@ export async function run(
           return true
         },
         async killDbConnections() {
-          const killed = await db.pool.query(
-            'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
-            [db.name],
-          )
+          const terminated = await terminateBackends()
           record('nemesis', {
             type: 'fault',
             fault: 'kill-db-connections',
             target: db.name,
             phase: 'once',
-            detail: { terminated: killed.rows[0]?.n ?? 0 },
+            detail: { terminated },
+          })
+          return true
+        },
+        async saturatePool() {
+          const candidates = servers.flatMap((s, i) => (s.port !== undefined && !paused.has(i) ? [i] : []))
+          if (candidates.length === 0) return false
+          const server = servers[burstRandom.pick(candidates)]!
+          const intents = planBurst(burstRandom, { round: ++bursts, size: BURST_SIZE })
+          for (const intent of intents) raw.set(intent.id, intent)
+          await saturate({
+            intents,
+            target: { name: server.name, port: () => server.port },
+            record: (event) => record('nemesis', event),
+            boundMs: LIVENESS_BOUND_MS,
+            terminateAt: BURST_KILLS_MS,
+            terminate: terminateBackends,
           })
           return true
         },
@@ -465,7 +542,9 @@ export async function run(
       keys,
       readiness,
       send: (intent: PlannedIntent, command: Command) =>
-        workers[intent.worker]!.send(JSON.stringify(command)),
+        command.type === 'probe'
+          ? sendProbe(intent.worker, command)
+          : workers[intent.worker]!.send(JSON.stringify(command)),
       probeSent: (intent: PlannedIntent) => {
         probed.add(intent.kind)
         fault('generator', PROBE_FAULTS[intent.kind as ProbeIntentKind], intent.id)
@@ -494,6 +573,7 @@ export async function run(
       await server.start()
       record(server.name, { type: 'process', action: 'ready', pid: server.pid! })
       supervised.add(server)
+      route()
     }
     // Drain until every worker reports nothing pending (or the rounds run out).
     draining = true
@@ -518,6 +598,37 @@ export async function run(
       }).then((unsent) => late.filter((intent) => !unsent.includes(intent)))
       await waitFor(() => sent.every((intent) => answered.has(intent.id)), 120_000)
     }
+    // Burst payments go again one after another, round-robin over the instances: settling finishes what a burst
+    // left, it is not another burst.
+    let burstsAgain = Promise.resolve()
+    let nextInstance = 0
+    await settle({
+      tracker,
+      timeoutMs: SETTLE_TIMEOUT_MS,
+      held: () => keysInProgress(db.pool),
+      sendAgain: async (intent) => {
+        const sent = raw.get(intent.id)
+        if (!sent) return
+        const firstAttempt = intent.attempts + 1
+        if ('command' in sent) {
+          sendProbe(sent.worker, { ...sent.command, again: true, firstAttempt })
+          return
+        }
+        const target = servers[nextInstance++ % servers.length]!
+        burstsAgain = burstsAgain.then(async () => {
+          await sendBurst({
+            intents: [sent],
+            target: () => ({ name: target.name, port: target.port }),
+            record: (event) => record('nemesis', event),
+            boundMs: LIVENESS_BOUND_MS,
+            again: { firstAttempt: () => firstAttempt },
+          })
+        })
+        await burstsAgain
+      },
+      log,
+    })
+    await health.stop()
     shuttingDown = true
 
     const finalDb = await readFinalDb(db.pool, { providerDb: provider.pool })
@@ -555,94 +666,4 @@ export async function run(
     // A passing run keeps its history, logs and report; the cluster is only worth its space when a run failed.
     if (cluster && passed) rmSync(pgdata, { recursive: true, force: true })
   }
-}
-
-type Command =
-  | { type: 'request'; intent: string; body: PlannedIntent['body'] }
-  | { type: 'probe'; intent: string; of: string; kind: string; key: string; body: PlannedIntent['body'] }
-/** The probes the generator plans (`failover-replay` ones are sent by the driver after a failover). */
-type ProbeIntentKind = Exclude<PlannedIntent['kind'], 'normal' | 'failover-replay'>
-/** The fault each probe kind is counted as. */
-const PROBE_FAULTS = {
-  'changed-payload': 'changed-payload',
-  reordered: 'reordered-payload',
-  'expired-replay': 'expired-replay',
-} as const satisfies Record<ProbeIntentKind, string>
-/** `send` now, `wait` for a later turn, or `never` (its key can no longer be what the probe needs). */
-type Readiness = 'send' | 'wait' | 'never'
-
-/**
- * Sends the plan in order, one every `spacingMs`. A probe waits until it is ready (see `readiness` in `run`): its
- * original has settled, so the key is already taken when it arrives (a probe that overtook its original would itself
- * be the first use of the key, and the original would rightly be the one refused), and its key lives or has expired
- * as the probe needs. A probe still waiting at `probeDeadline`, or one that can never be ready, is returned unsent,
- * so a hard fault mix cannot stretch the fault phase.
- */
-async function dispatch(
-  plan: PlannedIntent[],
-  io: {
-    spacingMs: number
-    probeDeadline: number
-    /** The originals that have not settled never will (the drain is over). */
-    final: boolean
-    keys: ReadonlyMap<string, string>
-    readiness(intent: PlannedIntent, final: boolean): Promise<Readiness>
-    send(intent: PlannedIntent, command: Command): boolean
-    probeSent(intent: PlannedIntent): void
-  },
-): Promise<PlannedIntent[]> {
-  const queue = [...plan]
-  const late: PlannedIntent[] = []
-  while (queue.length > 0) {
-    const intent = queue.shift()!
-    if (intent.kind === 'normal') {
-      // A worker being restarted cannot take it now; it goes to the back of the queue.
-      if (!io.send(intent, { type: 'request', intent: intent.id, body: intent.body })) queue.push(intent)
-    } else {
-      const ready = await io.readiness(intent, io.final)
-      const command = {
-        type: 'probe' as const,
-        intent: intent.id,
-        of: intent.of!,
-        kind: intent.kind,
-        key: io.keys.get(intent.of!)!,
-        body: intent.body,
-      }
-      if (ready === 'send' && io.send(intent, command)) {
-        io.probeSent(intent)
-      } else if (ready === 'never') {
-        late.push(intent)
-      } else if (Date.now() < io.probeDeadline) {
-        queue.push(intent)
-      } else {
-        late.push(intent)
-      }
-    }
-    if (queue.length > 0) await new Promise((r) => setTimeout(r, io.spacingMs))
-  }
-  return late
-}
-
-async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
-}
-
-/** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */
-async function dump(url: string, file: string, log: (line: string) => void): Promise<void> {
-  await new Promise<void>((resolve) => {
-    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk
-    })
-    child.stdout.pipe(createWriteStream(file))
-    const fail = (why: string) => {
-      rmSync(file, { force: true })
-      log(`no dump.sql (${why.trim().split('\n')[0]}); ledger.json holds the rows the checker read`)
-      resolve()
-    }
-    child.on('error', (error) => fail(error.message))
-    child.on('exit', (code) => (code === 0 ? resolve() : fail(stderr || `pg_dump exited with ${code}`)))
-  })
 }

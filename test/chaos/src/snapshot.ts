@@ -1,10 +1,13 @@
 /**
  * Reads the final ledger from the demo's database into the checker's {@link FinalDb}. Connects directly to
- * Postgres (never through the fault proxy) after everything has healed and drained.
+ * Postgres (never through the fault proxy) after everything has healed and drained. A failing run also keeps the
+ * whole database as SQL ({@link dump}).
  *
  * Tables read (docs/chaos.md lists them for the demo's author): `payments`, `provider_charges`, `outbox`, and the
  * server's idempotency table (`oncely.idempotency_keys` by default, scope = tenant id).
  */
+import { spawn } from 'node:child_process'
+import { createWriteStream, rmSync } from 'node:fs'
 import type pg from 'pg'
 import type { ChargeRow, FinalDb, KeyRow, OutboxRow, PaymentRow } from './checker.js'
 
@@ -100,4 +103,23 @@ function parseBody(text: string | null): unknown {
   } catch {
     return text
   }
+}
+
+/** Keeps a failing run's database as SQL next to its history, when the local pg_dump can read that server. */
+export async function dump(url: string, file: string, log: (line: string) => void): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const child = spawn('pg_dump', ['--no-owner', '--dbname', url], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk
+    })
+    child.stdout.pipe(createWriteStream(file))
+    const fail = (why: string) => {
+      rmSync(file, { force: true })
+      log(`no dump.sql (${why.trim().split('\n')[0]}); ledger.json holds the rows the checker read`)
+      resolve()
+    }
+    child.on('error', (error) => fail(error.message))
+    child.on('exit', (code) => (code === 0 ? resolve() : fail(stderr || `pg_dump exited with ${code}`)))
+  })
 }

@@ -11,6 +11,7 @@
  *   key with another body (or the same body in another member order, or the same body after the key expired), sent
  *   raw the way a buggy or foreign client would, because the SDK refuses a changed payload locally before it
  *   reaches the server and settles an intent only once.
+ *   With `"again":true` (and `"firstAttempt"`), the same probe once more after it ended without a definite answer.
  * - `{"type":"resume"}`: re-drive the store's pending intents. `{"type":"heal"}`: no more crash points.
  *   `{"type":"drain"}`: resume, then report `pending()`.
  */
@@ -34,6 +35,9 @@ type Command =
       kind: 'changed-payload' | 'reordered' | 'expired-replay' | 'failover-replay'
       key: string
       body: PaymentBody
+      /** Sent again after it ended without a definite answer: no new invoke, attempts from `firstAttempt`. */
+      again?: boolean
+      firstAttempt?: number
     }
   | { type: 'resume' }
   | { type: 'heal' }
@@ -163,9 +167,10 @@ async function request(intent: string, body: PaymentBody): Promise<void> {
 /** A raw same-key request: retried on 409, 503 and network errors until a definite answer or the budget ends. */
 async function probe(command: Extract<Command, { type: 'probe' }>): Promise<void> {
   const { intent, of, key, kind, body } = command
-  emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, of, body })
+  if (!command.again)
+    emit({ type: 'intent', phase: 'invoke', intent, tenant: env.tenant, key, kind, of, body })
   const started = Date.now()
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = command.firstAttempt ?? 1; ; attempt++) {
     emit({ type: 'attempt', phase: 'invoke', intent, key, attempt, sentAt: Date.now() })
     try {
       const res = await fetch(new URL(PATH, env.baseUrl), {

@@ -1,8 +1,9 @@
 /**
  * The suite end to end, real runs (API processes, workers, proxies, Postgres), one after another in this file so
- * they do not compete for the CPU: the quick tier with every fault kind must pass with each kind counted, and the
- * suite must prove it can fail: runs against the demo with its idempotency layer, its fencing or its ledger's
- * natural key switched off have to end in violations.
+ * they do not compete for the CPU: the quick tier with every fault kind must pass with each kind counted (the
+ * pool-saturating bursts included, every request answered in time), and the suite must prove it can fail: runs
+ * against the demo with its idempotency layer, its fencing or its ledger's natural key switched off have to end in
+ * violations.
  */
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -34,6 +35,9 @@ describe('the quick tier', () => {
     expect(report.missingFaults, summary).toEqual([])
     for (const kind of FAULT_KINDS) expect(report.faults[kind] ?? 0, `${kind}\n${summary}`).toBeGreaterThan(0)
     expect(report.outcomes.lost + report.outcomes.duplicated + report.outcomes.unexpected).toBe(0)
+    // Liveness was judged, not vacuous: the saturating bursts and the health probes were sent and answered in time.
+    expect(report.liveness.requests, summary).toBeGreaterThan(0)
+    expect(report.liveness.healthProbes, summary).toBeGreaterThan(0)
     // Most intents met a fault and still settled consistently.
     expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
     rmSync(options.runDir, { recursive: true, force: true })
@@ -49,6 +53,7 @@ describe('the quick tier', () => {
     const summary = formatSummary(report)
     console.log(summary)
     expect(report.violations, summary).toEqual([])
+    expect(report.faults['saturate-pool'] ?? 0, summary).toBeGreaterThan(0)
     expect(report.outcomes.lost + report.outcomes.duplicated + report.outcomes.unexpected).toBe(0)
     expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
     rmSync(options.runDir, { recursive: true, force: true })

@@ -1,6 +1,7 @@
+import { TEST_CARDS } from '@oncely/payments-api/src/provider.ts'
 import { canonicalJson } from '@oncely/protocol'
 import { describe, expect, it } from 'vitest'
-import { DECLINE_ABOVE, planIntents } from '../src/generator.js'
+import { BURST_TENANT, DECLINE_ABOVE, planBurst, planIntents } from '../src/generator.js'
 import { createRandom } from '../src/random.js'
 
 const plan = (seed: number, intents = 400) =>
@@ -78,5 +79,38 @@ describe('planIntents', () => {
     expect(intents.some((i) => i.body.amount > DECLINE_ABOVE)).toBe(true)
     expect(new Set(intents.map((i) => i.worker))).toEqual(new Set([0, 1, 2]))
     expect(new Set(intents.map((i) => i.tenant)).size).toBe(3)
+  })
+})
+
+describe('planBurst', () => {
+  const burst = (seed: number, round = 1, size = 20) =>
+    planBurst(createRandom(seed).fork('bursts'), { round, size })
+
+  it('is a function of the seed, with fresh ids per round', () => {
+    expect(burst(4)).toEqual(burst(4))
+    expect(burst(4)).not.toEqual(burst(5))
+    const ids = [...burst(4, 1), ...burst(4, 2)].map((i) => i.id)
+    expect(new Set(ids).size).toBe(40)
+  })
+
+  it('mixes the failure paths, each with its provider test card, mostly declines; each its own reference', () => {
+    const intents = burst(9)
+    const count = (flavor: string) => intents.filter((i) => i.flavor === flavor).length
+    expect([count('declined'), count('slow'), count('processing-error'), count('plain')]).toEqual([
+      8, 4, 4, 4,
+    ])
+    const cards: Record<string, string> = {
+      declined: TEST_CARDS.declined,
+      slow: TEST_CARDS.slow,
+      'processing-error': TEST_CARDS.processingError,
+    }
+    for (const intent of intents) {
+      expect(intent).toMatchObject({ kind: 'saturation', tenant: BURST_TENANT, worker: -1 })
+      expect(intent.body.reference).toBe(intent.id)
+      if (intent.flavor !== 'plain') expect(intent.body.card).toBe(cards[intent.flavor])
+      else expect(Object.values(TEST_CARDS)).not.toContain(intent.body.card)
+      // Not the amounts the provider declines on their own: a decline here is the card's, thrown.
+      expect(intent.body.amount).toBeLessThanOrEqual(DECLINE_ABOVE)
+    }
   })
 })

@@ -8,7 +8,14 @@ describe('startNemesis', () => {
     const errors: unknown[] = []
     const nemesis = startNemesis({
       random: createRandom(1),
-      faults: ['drop-request', 'kill-db-connections', 'pause-server', 'restart-db', 'failover'],
+      faults: [
+        'drop-request',
+        'kill-db-connections',
+        'pause-server',
+        'restart-db',
+        'failover',
+        'saturate-pool',
+      ],
       pauseMs: 5,
       meanIntervalMs: 10,
       onError: (error) => errors.push(error),
@@ -20,11 +27,18 @@ describe('startNemesis', () => {
         },
         killDbConnections: async () => void done.push('kill-db-connections'),
         failover: async () => void done.push('failover'),
+        saturatePool: async () => void done.push('saturate-pool'),
       },
     })
     for (let i = 0; i < 100 && done.length < 8; i++) await new Promise((r) => setTimeout(r, 10))
     await nemesis.stop()
-    expect(done.slice(0, 4).sort()).toEqual(['failover', 'kill-db-connections', 'pause-server', 'restart-db'])
+    expect(done.slice(0, 5).sort()).toEqual([
+      'failover',
+      'kill-db-connections',
+      'pause-server',
+      'restart-db',
+      'saturate-pool',
+    ])
     expect(done.length).toBeGreaterThanOrEqual(8)
     expect(errors.length).toBe(done.filter((d) => d === 'restart-db').length)
     const count = done.length
@@ -47,6 +61,7 @@ describe('startNemesis', () => {
         },
         restartDb: async () => expect.fail('not enabled'),
         failover: async () => expect.fail('not enabled'),
+        saturatePool: async () => expect.fail('not enabled'),
         killDbConnections: async () => void done.push('kill-db-connections'),
       },
     })
@@ -68,6 +83,7 @@ describe('startNemesis', () => {
         restartDb: async () => expect.fail('no restart expected'),
         killDbConnections: async () => expect.fail('no kill expected'),
         failover: async () => expect.fail('no failover expected'),
+        saturatePool: async () => expect.fail('no burst expected'),
       },
     })
     await nemesis.stop()

@@ -1,5 +1,4 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
@@ -20,14 +19,6 @@ function managed(name: string, script: string, extra: Partial<ProcessSpec> = {})
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
 describe('ManagedProcess', () => {
   it('waits for a readiness line, passes lines on and appends output to its log', async () => {
     const lines: string[] = []
@@ -46,12 +37,22 @@ describe('ManagedProcess', () => {
     expect(readFileSync(p.logFile, 'utf8')).toContain('listening on 1234')
   })
 
-  it('waits for a health URL to answer 2xx', async () => {
-    const port = await freePort()
-    const script = `setTimeout(() => require('node:http').createServer((q, s) => s.end('ok')).listen(${port}, '127.0.0.1'), 200)`
-    const p = managed('health', script, { ready: { url: `http://127.0.0.1:${port}/healthz` } })
+  it('reads the port a process bound (port 0) from its output, and waits for its health path to answer 2xx', async () => {
+    // Answers 503 at first, as the demo does while it waits for its database: ready only once it answers 2xx.
+    const script = `let calls = 0
+      const server = require('node:http').createServer((q, s) => { s.statusCode = ++calls < 3 ? 503 : 200; s.end() })
+      server.listen(0, '127.0.0.1', () => console.log('listening at http://127.0.0.1:' + server.address().port + '/'))`
+    const ready = { port: /listening at http:\/\/127\.0\.0\.1:(\d+)\//, healthPath: '/healthz' }
+    const p = managed('health', script, { ready })
+    expect(p.port).toBeUndefined()
     await p.start()
-    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200)
+    const first = p.port!
+    expect((await fetch(`http://127.0.0.1:${first}/healthz`)).status).toBe(200)
+    // Every incarnation binds a port of its own and announces it.
+    await p.stop()
+    expect(p.port).toBeUndefined()
+    await p.start()
+    expect((await fetch(`http://127.0.0.1:${p.port}/healthz`)).status).toBe(200)
   })
 
   it('rejects when the process exits before it is ready, quoting the log', async () => {
@@ -180,8 +181,7 @@ describe('ManagedProcess', () => {
 
   it('validates its spec', () => {
     expect(() => new ManagedProcess({ name: '../x', args: [], logDir })).toThrow(/`name`/)
-    expect(
-      () => new ManagedProcess({ name: 'x', args: [], logDir, ready: { url: 'http://10.0.0.1/' } }),
-    ).toThrow(/`ready.url`/)
+    const ready = { port: /(\d+)/, healthPath: 'healthz' }
+    expect(() => new ManagedProcess({ name: 'x', args: [], logDir, ready })).toThrow(/`ready.healthPath`/)
   })
 })

@@ -209,6 +209,19 @@ describe('FaultProxy (http)', () => {
     expect(p.upstream).toEqual({ port: b.port })
   })
 
+  it('retarget with a second upstream moves the duplicates too (an instance back on another port)', async () => {
+    const a = await upstream('a')
+    const b = await upstream('b')
+    const c = await upstream('c')
+    const { proxy: p } = await proxy({ upstream: { port: a.port }, duplicateTo: { port: b.port } })
+    p.retarget({ port: a.port }, { port: c.port })
+    p.force('duplicate')
+    expect((await send(p.port, '1')).text).toBe('a:1')
+    await until(() => c.bodies.length === 1, 'the duplicate')
+    expect(b.bodies).toEqual([])
+    expect(c.bodies).toEqual(['1'])
+  })
+
   it('draws the same fault sequence for the same seed and rates', async () => {
     const a = await upstream('a')
     const run = async (seed: number) => {

@@ -71,8 +71,28 @@ function toMarkdownLocations(output: string): string {
   )
 }
 
-/** Runs one example as a user would (`node --import tsx`), with its services in the environment. */
+/** How many ports a server example gets, one after another, when the one it was given was taken meanwhile. */
+const PORT_TRIES = 5
+
+/** A server example exited because its port was taken between the pick and its listen(). */
+class PortInUseError extends Error {}
+
+/**
+ * Runs one example as a user would (`node --import tsx`), with its services in the environment. A server example
+ * listens on $PORT, a port that was free a moment ago: when something else took it first (EADDRINUSE), it runs
+ * again on another.
+ */
 async function runSnippet(snippet: Snippet, env: NodeJS.ProcessEnv): Promise<void> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await runOnce(snippet, env)
+    } catch (error) {
+      if (!(error instanceof PortInUseError) || tries >= PORT_TRIES) throw error
+    }
+  }
+}
+
+async function runOnce(snippet: Snippet, env: NodeJS.ProcessEnv): Promise<void> {
   const port = snippet.mode === 'server' ? await freePort() : undefined
   const child = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', fileOf(snippet)], {
     cwd: workDir,
@@ -99,7 +119,10 @@ async function runSnippet(snippet: Snippet, env: NodeJS.ProcessEnv): Promise<voi
         async () => code !== undefined || (await accepts(port)),
         30_000,
       )
-      if (code !== undefined) throw new Error(`${where} exited with ${code} before listening:\n${output}`)
+      if (code !== undefined) {
+        const message = `${where} exited with ${code} before listening:\n${output}`
+        throw /EADDRINUSE/.test(output) ? new PortInUseError(message) : new Error(message)
+      }
       return
     }
     const timeout = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), RUN_TIMEOUT_MS))

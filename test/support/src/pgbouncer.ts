@@ -42,6 +42,8 @@ export interface PgBouncerOptions {
    * @default {}
    */
   settings?: Record<string, string | number>
+  /** Picks the port to try next (a test can hand it one that is taken). @default a port free right now */
+  pickPort?: () => Promise<number>
 }
 
 /**
@@ -61,13 +63,10 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
   const target = new URL(options.target ?? adminUrl())
   const user = decodeURIComponent(target.username || 'postgres')
   const password = decodeURIComponent(target.password)
-  const port = await freePort()
   const dir = mkdtempSync(path.join(tmpdir(), 'oncely-pgbouncer-'))
   const server = [`host=${target.hostname}`, `port=${target.port || 5432}`, `user=${user}`]
   if (password) server.push(`password=${password}`)
-  writeFileSync(
-    path.join(dir, 'pgbouncer.ini'),
-    `[databases]
+  const config = (port: number) => `[databases]
 * = ${server.join(' ')}
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -82,36 +81,20 @@ ignore_startup_parameters = extra_float_digits,options,application_name
 ${Object.entries(options.settings ?? {})
   .map(([name, value]) => `${name} = ${value}`)
   .join('\n')}
-`,
-  )
-  // PgBouncer refuses to run as root: as root, run it as the `postgres` user, which must own its files.
-  const asRoot = process.getuid?.() === 0
-  if (asRoot) {
-    const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim())
-    const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim())
-    chownSync(dir, uid, gid)
-    chownSync(path.join(dir, 'pgbouncer.ini'), uid, gid)
+`
+  // PgBouncer cannot bind port 0 and say which port it got: it gets a port that was free a moment ago, and another
+  // one when something took that port before PgBouncer bound it.
+  let started: Started | undefined
+  for (let tries = 1; !started; tries++) {
+    try {
+      started = await spawnPgBouncer(binary, dir, config(await (options.pickPort ?? freePort)()))
+    } catch (error) {
+      if (error instanceof PortInUseError && tries < PORT_TRIES) continue
+      rmSync(dir, { recursive: true, force: true })
+      throw error
+    }
   }
-  const args = [...(asRoot ? ['-u', 'postgres'] : []), path.join(dir, 'pgbouncer.ini')]
-  const child: ChildProcess = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr?.on('data', (chunk) => {
-    stderr += chunk
-  })
-  let exited = false
-  child.once('exit', () => {
-    exited = true
-  })
-  try {
-    await waitFor('pgbouncer to listen', async () => {
-      if (exited) throw new Error(`pgbouncer exited: ${stderr}`)
-      return accepts(port)
-    })
-  } catch (error) {
-    child.kill('SIGKILL')
-    rmSync(dir, { recursive: true, force: true })
-    throw error
-  }
+  const { port, child } = started
   return {
     port,
     url: (database) => {
@@ -121,7 +104,7 @@ ${Object.entries(options.settings ?? {})
       return url.toString()
     },
     async stop() {
-      if (!exited) {
+      if (child.exitCode === null && child.signalCode === null) {
         const done = new Promise<void>((resolve) => child.once('exit', () => resolve()))
         child.kill('SIGTERM')
         await done
@@ -129,4 +112,56 @@ ${Object.entries(options.settings ?? {})
       rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+/** How many ports a start tries before it gives up. */
+const PORT_TRIES = 5
+
+/** PgBouncer could not bind its port: something took it between the pick and the bind. */
+class PortInUseError extends Error {}
+
+interface Started {
+  port: number
+  child: ChildProcess
+}
+
+/**
+ * Runs PgBouncer with `config` and resolves once it says it listens (its own log line first: a process that took
+ * the port would answer a probe of it too).
+ */
+async function spawnPgBouncer(binary: string, dir: string, config: string): Promise<Started> {
+  const file = path.join(dir, 'pgbouncer.ini')
+  writeFileSync(file, config)
+  const port = Number(/^listen_port = (\d+)$/m.exec(config)![1])
+  // PgBouncer refuses to run as root: as root, run it as the `postgres` user, which must own its files.
+  const asRoot = process.getuid?.() === 0
+  if (asRoot) {
+    const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim())
+    const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim())
+    chownSync(dir, uid, gid)
+    chownSync(file, uid, gid)
+  }
+  const child = spawn(binary, [...(asRoot ? ['-u', 'postgres'] : []), file], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
+  let stderr = ''
+  child.stderr?.on('data', (chunk) => {
+    stderr += chunk
+  })
+  const exited = () => child.exitCode !== null || child.signalCode !== null
+  try {
+    await waitFor('pgbouncer to listen', () => {
+      if (!exited()) return stderr.includes(`listening on 127.0.0.1:${port}`)
+      if (/bind\(\): Address already in use/.test(stderr)) throw new PortInUseError(stderr)
+      throw new Error(`pgbouncer exited: ${stderr}`)
+    })
+  } catch (error) {
+    child.kill('SIGKILL')
+    throw error
+  }
+  if (!(await accepts(port))) {
+    child.kill('SIGKILL')
+    throw new Error(`pgbouncer says it is up but does not accept connections on ${port}: ${stderr}`)
+  }
+  return { port, child }
 }

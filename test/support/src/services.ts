@@ -44,7 +44,11 @@ export async function waitFor(
   }
 }
 
-/** A port on 127.0.0.1 that nothing listens on right now. */
+/**
+ * A port on 127.0.0.1 that nothing listens on right now. Only for a child that cannot bind port 0 and report the
+ * port it got (PgBouncer, a README example listening on $PORT): another process can take the port before the child
+ * binds it, so whoever hands it over must try again with another port when the child fails with EADDRINUSE.
+ */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer()

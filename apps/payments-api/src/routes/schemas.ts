@@ -8,6 +8,8 @@ export interface PaymentBody {
   currency: string
   /** The merchant's own label, up to 200 characters; not unique. */
   reference?: string
+  /** The card to charge, 12 to 19 digits (the simulated provider's `TEST_CARDS` choose an outcome). */
+  card?: string
 }
 
 export const paymentBodySchema = {
@@ -18,5 +20,6 @@ export const paymentBodySchema = {
     amount: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER },
     currency: { type: 'string', pattern: '^[a-z]{3}$' },
     reference: { type: 'string', maxLength: 200 },
+    card: { type: 'string', pattern: '^[0-9]{12,19}$' },
   },
 } as const
