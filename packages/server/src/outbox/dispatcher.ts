@@ -164,7 +164,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     } catch (error) {
       const delay = Math.max(0, Math.floor(retryDelayMs(row.attempts)))
       const failed = await pool.query<{ status: string }>(
-        q.markFailed(table, row.id, token, describe(error), delay, maxAttempts),
+        q.markFailed(table, row, token, describe(error), delay, maxAttempts),
       )
       const status = failed.rows[0]?.status
       if (status === 'dead')
@@ -175,7 +175,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       return
     }
     await hooks.afterPublish?.(message)
-    const marked = await pool.query(q.markPublished(table, row.id, token))
+    const marked = await pool.query(q.markPublished(table, row, token))
     if (marked.rowCount === 1)
       emit({ type: 'published', id: row.id, topic: row.topic, attempt: row.attempts })
     else emit({ type: 'lease_lost', id: row.id })

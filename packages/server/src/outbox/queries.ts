@@ -17,13 +17,21 @@ export function lockAggregate(table: string, aggregateKey: string): Query {
 export function insert(
   table: string,
   channel: string,
-  row: { id: string; topic: string; aggregateKey: string | null; payload: string; headers: object },
+  row: {
+    id: string
+    scope: string
+    topic: string
+    aggregateKey: string | null
+    payload: string
+    headers: object
+  },
 ): Query {
   return {
     text: `WITH inserted AS (
-  INSERT INTO ${table} (id, topic, aggregate_key, payload, headers) VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id
+  INSERT INTO ${table} (id, scope, topic, aggregate_key, payload, headers) VALUES ($1, $7, $2, $3, $4::jsonb, $5)
+  RETURNING id
 ) SELECT pg_notify($6, '') FROM inserted`,
-    values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel],
+    values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel, row.scope],
   }
 }
 
@@ -44,7 +52,7 @@ WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1`,
 export function claim(table: string, token: string, batchSize: number, leaseMs: number): Query {
   return {
     text: `WITH due AS (
-  SELECT o.id FROM ${table} o
+  SELECT o.scope, o.id FROM ${table} o
   WHERE o.status = 'pending' AND o.available_at <= now()
     AND (o.claimed_until IS NULL OR o.claimed_until <= now())
     AND (o.aggregate_key IS NULL OR NOT EXISTS (
@@ -54,14 +62,15 @@ export function claim(table: string, token: string, batchSize: number, leaseMs: 
   FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE ${table} o SET claim_token = $1, claimed_until = now() + ${ms('$3')}, attempts = o.attempts + 1
-FROM due WHERE o.id = due.id
-RETURNING o.id, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
+FROM due WHERE o.scope = due.scope AND o.id = due.id
+RETURNING o.id, o.scope, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
     values: [token, batchSize, leaseMs],
   }
 }
 
 export interface ClaimRow {
   id: string
+  scope: string
   topic: string
   aggregate_key: string | null
   payload: unknown
@@ -72,18 +81,18 @@ export interface ClaimRow {
 }
 
 /** Marks a row published, fenced by the claim token: a dispatcher whose lease was taken over changes nothing. */
-export function markPublished(table: string, id: string, token: string): Query {
+export function markPublished(table: string, row: { scope: string; id: string }, token: string): Query {
   return {
     text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'`,
-    values: [id, token],
+WHERE scope = $3 AND id = $1 AND claim_token = $2 AND status = 'pending'`,
+    values: [row.id, token, row.scope],
   }
 }
 
 /** Releases a failed row for a later attempt, or dead-letters it once `maxAttempts` is reached; fenced. */
 export function markFailed(
   table: string,
-  id: string,
+  row: { scope: string; id: string },
   token: string,
   error: string,
   delayMs: number,
@@ -93,17 +102,17 @@ export function markFailed(
     text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, last_error = $3,
   available_at = now() + ${ms('$4')},
   status = CASE WHEN attempts >= $5 THEN 'dead' ELSE 'pending' END
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+WHERE scope = $6 AND id = $1 AND claim_token = $2 AND status = 'pending'
 RETURNING status`,
-    values: [id, token, error, delayMs, maxAttempts],
+    values: [row.id, token, error, delayMs, maxAttempts, row.scope],
   }
 }
 
 /** Deletes up to `batchSize` rows published more than `olderThanMs` ago. */
 export function purgePublished(table: string, olderThanMs: number, batchSize: number): Query {
   return {
-    text: `DELETE FROM ${table} WHERE id IN (
-  SELECT id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms('$1')}
+    text: `DELETE FROM ${table} WHERE (scope, id) IN (
+  SELECT scope, id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms('$1')}
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
     values: [olderThanMs, batchSize],
   }
