@@ -27,6 +27,8 @@ export {
   ResponseTooLargeError,
   StoreSetupError,
 } from './errors.js'
+export type { DistributeOptions, DistributeResult } from './store/citus.js'
+export { distribute } from './store/citus.js'
 export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'
 export { DEFAULT_SCHEMA, DEFAULT_TABLE, migrate, migrations, renderMigrations } from './store/migrations.js'
 export type { PostgresStore, PostgresStoreOptions } from './store/postgres-store.js'
