@@ -138,7 +138,7 @@ function finishText(names: TableNames, fenced: boolean): string {
   const t = names.qualified
   const fence = fenced
     ? ours('$10', '$11', '$14')
-    : '$10::text IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
+    : '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
   return `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
@@ -150,8 +150,10 @@ ON CONFLICT (scope, operation, key) DO UPDATE SET
   })}`
 }
 
+// The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
+// that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
 const FINISH_TYPES =
-  '(text, text, text, text, text, integer, jsonb, bytea, jsonb, text, text, float8, integer, uuid)'
+  '(text, text, text, text, text, integer, jsonb, bytea, jsonb, timestamptz, text, float8, integer, uuid)'
 
 function finishValues(id: RecordId, record: FinishRecord): unknown[] {
   return [

@@ -123,13 +123,23 @@ export function isFenceError(error: unknown): boolean {
 }
 
 /**
+ * What an upsert's DO UPDATE clause uses for `now()`: the proposed row's `updated_at`, which every INSERT of the
+ * engine sets to `now()`, so the value is the same. Citus refuses any function that is not IMMUTABLE in the DO UPDATE
+ * SET and WHERE of an INSERT into a distributed table (it evaluates stable functions once, before sending the
+ * statement to the shard, and cannot do so in a clause it only runs there); a column of `excluded` it accepts.
+ */
+export const UPSERT_NOW = 'excluded.updated_at'
+
+/**
  * The SET list of an upsert that makes an existing row `k` into the row its INSERT proposed (`excluded`): the
  * reservation, the lock protocol's first recovery point and its finished record all replace a row this way, so the
  * rules live here once. A row that had expired starts over (new `created_at` and expiry); a live one keeps its
  * history and its first expiry, extended when needed to outlive the new lease. `status`, `attempts` and
- * `recovery_point` are what differs between the three, as SQL over `k` and `excluded`.
+ * `recovery_point` are what differs between the three, as SQL over `k` and `excluded`; the time is
+ * {@link UPSERT_NOW}.
  */
 export function replaceRow(set: { status: string; attempts: string; recoveryPoint: string }): string {
+  const now = UPSERT_NOW
   return `status = ${set.status},
   fingerprint = excluded.fingerprint,
   lock_token = excluded.lock_token,
@@ -138,16 +148,16 @@ export function replaceRow(set: { status: string; attempts: string; recoveryPoin
   response_status = excluded.response_status,
   response_headers = excluded.response_headers,
   response_body = excluded.response_body,
-  updated_at = now(),
+  updated_at = ${now},
   attempts = ${set.attempts},
   recovery_point = ${set.recoveryPoint},
-  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
+  created_at = CASE WHEN k.expires_at <= ${now} THEN excluded.created_at ELSE k.created_at END,
+  expires_at = CASE WHEN k.expires_at <= ${now} THEN excluded.expires_at
                     ELSE greatest(k.expires_at, excluded.locked_until) END`
 }
 
 /** A live row keeps the recovery point an earlier attempt saved; an expired one starts without. */
-export const KEEP_RECOVERY_POINT = 'CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END'
+export const KEEP_RECOVERY_POINT = `CASE WHEN k.expires_at <= ${UPSERT_NOW} THEN NULL ELSE k.recovery_point END`
 
 /**
  * Bounds how long the attempt's transaction may sit idle: Postgres ends the session of a holder that stopped while

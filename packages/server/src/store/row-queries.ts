@@ -16,6 +16,7 @@ import {
   type SqlStatement,
   sqlStatement,
   statement,
+  UPSERT_NOW,
 } from './queries.js'
 
 /** What the reservation stores about the request. */
@@ -60,12 +61,12 @@ function reserveText(names: TableNames): string {
   ON CONFLICT (scope, operation, key) DO UPDATE SET
   ${replaceRow({
     status: 'excluded.status',
-    attempts: 'CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END',
+    attempts: `CASE WHEN k.expires_at <= ${UPSERT_NOW} THEN 1 ELSE k.attempts + 1 END`,
     recoveryPoint: KEEP_RECOVERY_POINT,
   })}
-  WHERE k.expires_at <= now()
+  WHERE k.expires_at <= ${UPSERT_NOW}
      OR (k.fingerprint = excluded.fingerprint
-         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
+         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= ${UPSERT_NOW})))
   RETURNING k.attempts, k.recovery_point,
     (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
 )
