@@ -50,6 +50,10 @@ const lockedRow = (names: TableNames) =>
  * Whether another attempt holds the key's lock, and the key's row, without taking the lock: a probe that took it,
  * even for one statement, could make a real attempt fail to get it and answer 409 for nothing. Postgres lists a
  * bigint advisory lock in pg_locks as its high and low 32 bits (`classid`, `objid`) with `objsubid` 1.
+ *
+ * The database's oid comes from this session's own activity row rather than from pg_database: on Citus, the
+ * statement then reads no table but the key table, so it runs whole on the node holding the key's shard, where the
+ * lock is (with pg_database it would read pg_locks on the coordinator, where the lock never is).
  */
 export function inspectQuery(names: TableNames, id: RecordId): Query {
   return {
@@ -59,7 +63,7 @@ export function inspectQuery(names: TableNames, id: RecordId): Query {
       () => `SELECT EXISTS (
   SELECT 1 FROM pg_locks, (SELECT ${lockKey(names)} AS h) AS k
   WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))
     AND classid = ((k.h >> 32) & 4294967295)::oid AND objid = (k.h & 4294967295)::oid
 ) AS held, e.*
 FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
