@@ -14,6 +14,7 @@ import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
 import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
 import { rowReservation } from '../store/row-reservation.js'
+import { reapBatch } from '../store/shards.js'
 import { verifyStore } from '../store/verify.js'
 import { defaultClassify, defaultRenderError } from './classify.js'
 import { failOpenReservation } from './fail-open.js'
@@ -445,7 +446,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     let total = 0
     try {
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await pool.query(q.reap(store.names, batchSize))).rowCount ?? 0
+        const deleted = await reapBatch(store, batchSize)
         total += deleted
         if (deleted < batchSize) break
       }

@@ -210,11 +210,12 @@ export function forget(names: TableNames, id: RecordId): Query {
  * key) run at once without waiting on each other; the outer expiry check re-tests rows changed meanwhile.
  */
 export function reap(names: TableNames, batchSize: number): Query {
-  const t = names.qualified
-  return {
-    text: `DELETE FROM ${t} WHERE ctid IN (
-  SELECT ctid FROM ${t} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED
-) AND expires_at <= now()`,
-    values: [batchSize],
-  }
+  return { text: reapText(names.qualified, '$1'), values: [batchSize] }
+}
+
+/** The reaper's statement on `table` (a qualified name, or a shard's), deleting up to `limit` (SQL) rows. */
+export function reapText(table: string, limit: string): string {
+  return `DELETE FROM ${table} WHERE ctid IN (
+  SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT ${limit} FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()`
 }
