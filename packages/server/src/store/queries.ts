@@ -172,9 +172,16 @@ export const leaseGuard = (leaseMs: string) =>
 /**
  * True when Postgres ended the session because the transaction sat idle past the lease guard: the attempt's
  * transaction is gone (rolled back), and with it its hold on the key.
+ *
+ * On Citus, also when the coordinator reports that the transaction's connection to the worker holding the key's
+ * shard ended (08006, "connection to the remote node ..."): under the lock protocol the lease guard is armed on that
+ * worker (the statement that arms it runs there, with the key's lock), so this is how a lapsed lease reaches the
+ * attempt; a worker's restart reads the same. Either way the worker's part of the transaction is gone.
  */
 export function isLeaseLost(error: unknown): boolean {
-  return (error as { code?: unknown } | undefined)?.code === '25P03'
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  if (code === '25P03') return true
+  return code === '08006' && typeof message === 'string' && message.startsWith('connection to the remote node')
 }
 
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
