@@ -102,8 +102,14 @@ describe('2. reservation', () => {
     await engine.execute(
       input(freshKey(), {
         handler: async (ctx) => {
-          setting = (await ctx.tx.query('SHOW idle_in_transaction_session_timeout')).rows[0]
-            .idle_in_transaction_session_timeout
+          // On Citus under the lock protocol the guard is armed where the key's lock is: on the worker holding the
+          // tenant's shard (the statement that arms it runs there). Read it there, through the same transaction.
+          const where =
+            onCitus && !row
+              ? `SELECT current_setting('idle_in_transaction_session_timeout') AS guard
+                 FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM payments WHERE tenant = $1 LIMIT 1) AS p ON true`
+              : `SELECT current_setting('idle_in_transaction_session_timeout') AS guard WHERE $1::text IS NOT NULL`
+          setting = (await ctx.tx.query(where, [ctx.scope])).rows[0].guard
           return { status: 200 }
         },
       }),
@@ -217,10 +223,11 @@ describe('6. in flight', () => {
     const locker = await db.pool.connect()
     try {
       await locker.query('BEGIN')
-      await locker.query(`SELECT 1 FROM oncely.idempotency_keys WHERE key IN ($1, $2) FOR UPDATE`, [
-        done,
-        busy,
-      ])
+      // One tenant's rows: on Citus a FOR UPDATE must stay within one shard.
+      await locker.query(
+        `SELECT 1 FROM oncely.idempotency_keys WHERE scope = 'tenant' AND key IN ($1, $2) FOR UPDATE`,
+        [done, busy],
+      )
       const answers = Promise.all([engine.execute(input(done)), engine.execute(input(busy))])
       const result = await Promise.race([answers, sleep(3_000).then(() => 'blocked' as const)])
       expect(result).not.toBe('blocked')
@@ -760,15 +767,28 @@ describe('16. resources', () => {
         )
       }
       await sleep(50)
-      const { rows } = await db.pool.query(
-        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database =
-           (SELECT oid FROM pg_database WHERE datname = current_database())`,
-      )
-      expect(rows[0].n).toBe(0)
-      const busy = await db.pool.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in%'`,
-      )
-      expect(busy.rows[0].n).toBe(0)
+      // On Citus, on every node: the key's locks and the worker side of each transaction are on the workers.
+      const everywhere = async (sql: string) =>
+        onCitus
+          ? (
+              await db.pool.query<{ n: number }>(
+                // A node that could not answer counts as a leftover.
+                'SELECT sum(CASE WHEN success THEN result::int ELSE 1000 END)::int AS n FROM run_command_on_all_nodes($1)',
+                [sql],
+              )
+            ).rows[0]!.n
+          : (await db.pool.query<{ n: number }>(sql)).rows[0]!.n
+      expect(
+        await everywhere(
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database =
+             (SELECT oid FROM pg_database WHERE datname = current_database())`,
+        ),
+      ).toBe(0)
+      expect(
+        await everywhere(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in%'`,
+        ),
+      ).toBe(0)
       expect(pool.idleCount).toBe(pool.totalCount)
     } finally {
       await pool.end()
