@@ -157,6 +157,22 @@ export interface CitusTestDatabase extends TestDatabase {
   nodeUrls: { name: string; url: string }[]
 }
 
+/**
+ * Drops a database, waiting while something Citus started still uses it (55006): its maintenance daemon, or a
+ * connection between nodes the test just closed, which FORCE cannot always end at once.
+ */
+async function dropDatabase(client: pg.Client, name: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
+      return
+    } catch (error) {
+      if ((error as { code?: string }).code !== '55006' || attempt >= 50) throw error
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
+}
+
 async function onNode<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url })
   client.on('error', () => {})
@@ -228,11 +244,7 @@ export async function createCitusTestDatabase(
       if (dropped) return
       dropped = true
       await pool.end().catch(() => {})
-      await Promise.all(
-        nodes.map((node) =>
-          onNode(node.url, (client) => client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)),
-        ),
-      )
+      await Promise.all(nodes.map((node) => onNode(node.url, (client) => dropDatabase(client, name))))
     },
   }
 }
