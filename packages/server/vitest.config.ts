@@ -28,11 +28,7 @@ const onCitus = [
   'test/citus/**/*.test.ts',
 ]
 // The files of test/citus that pick their protocols themselves, or do not depend on one, run once.
-const citusOnePass = [
-  'test/citus/distribute.test.ts',
-  'test/citus/reaper.test.ts',
-  'test/citus/outbox.test.ts',
-]
+const citusOnePass = ['test/citus/reaper.test.ts', 'test/citus/outbox.test.ts']
 const citusBindir = process.env.CITUS_PG_BINDIR || '/usr/lib/postgresql/15/bin'
 const citusMissing = !existsSync(`${citusBindir}/postgres`)
   ? `no PostgreSQL server at ${citusBindir}`

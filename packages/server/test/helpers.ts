@@ -66,16 +66,17 @@ export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = 
 }
 
 /**
- * {@link setupDatabase} on the Citus cluster: the same tables, with the tenant in the business tables' keys (a
+ * {@link setupDatabase} on the Citus cluster (the run's, or the one whose coordinator `cluster` names): the same tables, with the tenant in the business tables' keys (a
  * distributed table's unique keys must contain its distribution column), distributed by tenant in few shards (4, two
  * per worker: enough to spread tenants over both workers, few enough to create quickly), and the key table and the
  * outbox co-located with them by distribute().
  */
-async function setupCitusDatabase(label: string, poolOptions: pg.PoolConfig): Promise<TestDatabase> {
-  const db = await createCitusTestDatabase(label, {
-    cluster: inject('citusUrl'),
-    pool: { max: 20, ...poolOptions },
-  })
+export async function setupCitusDatabase(
+  label: string,
+  poolOptions: pg.PoolConfig = {},
+  cluster: string = inject('citusUrl'),
+): Promise<TestDatabase> {
+  const db = await createCitusTestDatabase(label, { cluster, pool: { max: 20, ...poolOptions } })
   await migrate(db.pool)
   await db.pool.query(`CREATE TABLE payments (
     id bigserial, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL, PRIMARY KEY (tenant, id))`)

@@ -72,6 +72,10 @@ export interface CitusCluster {
    * once it accepts connections again.
    */
   restart(node: string, how?: 'fast' | 'crash'): Promise<void>
+  /** Stops one node (a clean shutdown), leaving it down until {@link CitusCluster.startNode}. */
+  stopNode(node: string): Promise<void>
+  /** Starts a node stopped by {@link CitusCluster.stopNode}; resolves once it accepts connections. */
+  startNode(node: string): Promise<void>
   /** Stops every node and removes their data. */
   stop(): Promise<void>
 }
@@ -127,20 +131,23 @@ export async function startCitusCluster(options: { workers?: number } = {}): Pro
     throw error
   }
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  /** Sends one command to the cluster script and waits for its answer; a node it (re)started gets its new pid. */
+  const control = async (command: string, name: string) => {
+    const answer = await new Promise<string>((resolve) => {
+      waiting.set(command, resolve)
+      child.stdin.write(`${command}\n`)
+    })
+    if (answer.startsWith('FAILED')) throw new Error(`citus-cluster: ${answer}`)
+    const node = nodes.find((n) => n.name === name)
+    const pid = Number(answer.split(' ').at(-1))
+    if (node && pid) node.pid = pid
+  }
   return {
     url,
     nodes,
-    async restart(name, how = 'fast') {
-      const command = `${how === 'crash' ? 'crash' : 'restart'} ${name}`
-      const answer = await new Promise<string>((resolve) => {
-        waiting.set(command, resolve)
-        child.stdin.write(`${command}\n`)
-      })
-      if (answer.startsWith('FAILED')) throw new Error(`citus-cluster: ${answer}`)
-      const node = nodes.find((n) => n.name === name)
-      const pid = Number(answer.split(' ').at(-1))
-      if (node && pid) node.pid = pid
-    },
+    restart: (name, how = 'fast') => control(`${how === 'crash' ? 'crash' : 'restart'} ${name}`, name),
+    stopNode: (name) => control(`stop ${name}`, name),
+    startNode: (name) => control(`start ${name}`, name),
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM')

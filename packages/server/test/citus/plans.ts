@@ -1,6 +1,6 @@
 // Reading Citus' EXPLAIN (FORMAT JSON): where each task of a distributed plan runs and which shards it reads, so a
 // test can tell a router plan (one task, on the node holding the key's shard) from anything else.
-import type pg from 'pg'
+import pg from 'pg'
 
 /** One task of a distributed plan: the node it runs on and the tables (shards) its remote plan names. */
 export interface PlanTask {
@@ -76,4 +76,30 @@ export async function shardOf(
     [table, value],
   )
   return rows[0]!
+}
+
+/** A command the coordinator sent to a node, as Citus logs it (`citus.log_remote_commands`). */
+export interface RemoteCommand {
+  command: string
+  /** `host:port` of the node it went to. */
+  node: string
+}
+
+/**
+ * A pool on `url` whose sessions log every command Citus sends to other nodes, collected into `commands` (cleared by
+ * the caller between measurements): what a request costs in coordinator-to-worker round trips and commits, and
+ * whether any commit was two-phase (`PREPARE TRANSACTION`).
+ */
+export function remoteCommandPool(url: string, max = 4): { pool: pg.Pool; commands: RemoteCommand[] } {
+  const commands: RemoteCommand[] = []
+  const pool = new pg.Pool({ connectionString: url, max, options: '-c citus.log_remote_commands=on' })
+  pool.on('error', () => {})
+  pool.on('connect', (client: pg.PoolClient) => {
+    client.on('notice', (notice: { message?: string; detail?: string }) => {
+      const command = /^issuing (.*)$/s.exec(notice.message ?? '')?.[1]
+      const node = /on server \S+@(\S+:\d+)/.exec(notice.detail ?? '')?.[1]
+      if (command && node) commands.push({ command, node })
+    })
+  })
+  return { pool, commands }
 }
