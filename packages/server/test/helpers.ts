@@ -1,5 +1,10 @@
 import { requestFingerprint } from '@oncely/protocol'
-import { createCitusTestDatabase, createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import {
+  type CitusTestDatabase,
+  createCitusTestDatabase,
+  createTestDatabase,
+  type TestDatabase,
+} from '@oncely/test-support'
 import pg from 'pg'
 import { inject } from 'vitest'
 import {
@@ -75,7 +80,7 @@ export async function setupCitusDatabase(
   label: string,
   poolOptions: pg.PoolConfig = {},
   cluster: string = inject('citusUrl'),
-): Promise<TestDatabase> {
+): Promise<CitusTestDatabase> {
   const db = await createCitusTestDatabase(label, { cluster, pool: { max: 20, ...poolOptions } })
   await migrate(db.pool)
   await db.pool.query(`CREATE TABLE payments (
