@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
 import { quoteIdent } from '../store/identifiers.js'
+import { affected, isDistributed, onEveryShard, SHARD } from '../store/shards.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
 import type { OutboxMessage, Publisher } from './types.js'
@@ -105,7 +106,9 @@ function describe(error: unknown): string {
 /**
  * Creates an outbox dispatcher: claims due rows with `FOR UPDATE SKIP LOCKED` under a lease, publishes them, marks
  * them published (fenced by the claim token), retries failures with backoff and dead-letters poison messages.
- * Delivery is at least once: a crash between publish and mark publishes again, with the same `message.id`.
+ * Delivery is at least once: a crash between publish and mark publishes again, with the same `message.id`. On an
+ * outbox distributed by Citus (`distribute()`), it claims tenant by tenant (a statement on each tenant's shard), and
+ * a message's order holds among the messages of its aggregate within its tenant (`enqueue`'s `scope`).
  *
  * @example
  * const dispatcher = createDispatcher({ pool, publisher: jetStreamPublisher({ js }) })
@@ -181,10 +184,28 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     else emit({ type: 'lease_lost', id: row.id })
   }
 
+  /** Buries exhausted rows and claims a batch: in one statement each, or tenant by tenant on a distributed outbox. */
+  async function claimBatch(token: string): Promise<q.ClaimRow[]> {
+    if (!(await isDistributed(pool, table))) {
+      await pool.query(q.buryExhausted(table, maxAttempts))
+      return (await pool.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))).rows
+    }
+    const tenants = await pool.query<{ scope: string }>(q.tenantsDue(table, maxAttempts, batchSize))
+    const rows: q.ClaimRow[] = []
+    for (const { scope } of tenants.rows) {
+      if (rows.length >= batchSize) break
+      await pool.query(q.buryExhausted(table, maxAttempts, scope))
+      const claimed = await pool.query<q.ClaimRow>(
+        q.claim(table, token, batchSize - rows.length, leaseMs, scope),
+      )
+      rows.push(...claimed.rows)
+    }
+    return rows
+  }
+
   async function dispatchOnce(): Promise<number> {
-    await pool.query(q.buryExhausted(table, maxAttempts))
     const token = randomUUID()
-    const { rows } = await pool.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))
+    const rows = await claimBatch(token)
     rows.sort((a, b) => Number(BigInt(a.seq) - BigInt(b.seq)))
     const results = await Promise.allSettled(rows.map((row) => deliver(row, token)))
     for (const result of results)
@@ -332,8 +353,14 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       const size = positiveInteger('batchSize', purge.batchSize ?? 1_000)
       const maxBatches = positiveInteger('maxBatches', purge.maxBatches ?? 100)
       let total = 0
+      const distributed = await isDistributed(pool, table)
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await pool.query(q.purgePublished(table, olderThanMs, size))).rowCount ?? 0
+        const deleted = distributed
+          ? (await onEveryShard(pool, table, q.purgeText(SHARD, String(olderThanMs), String(size)))).reduce(
+              (sum, tag) => sum + affected(tag),
+              0,
+            )
+          : ((await pool.query(q.purgePublished(table, olderThanMs, size))).rowCount ?? 0)
         total += deleted
         if (deleted < size) break
       }
