@@ -25,6 +25,7 @@ const onCitus = [
   'test/engine.test.ts',
   'test/adapters/contract.test.ts',
   'test/shard-routing.test.ts',
+  'test/layers/inbox-tenant.test.ts',
   'test/citus/**/*.test.ts',
 ]
 // The files of test/citus that pick their protocols themselves, or do not depend on one, run once.
