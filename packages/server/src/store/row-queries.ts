@@ -46,13 +46,16 @@ export interface ReserveArgs {
  * transaction that completes it; if Postgres crashes before, the lost reservation only frees the key, and nothing
  * that depended on it can have committed. A duplicate may have seen it and answered 409, which is retryable.
  *
- * The row is read twice within the statement (one snapshot, so the same row), rather than once in a CTE of its own:
- * Citus plans such a CTE before the rest and sends its result to every worker, which made every tenant's reservation
- * fail while any worker was down. Read where it is used, it runs on the tenant's worker only.
+ * The INSERT's condition reads the key's row itself rather than `existing` (one snapshot, so the same row): Citus
+ * sends a CTE's result to every worker when an INSERT ... SELECT reads it, which made every tenant's reservation fail
+ * while any worker was down. `existing` is MATERIALIZED so that Citus, which runs a statement's CTEs one after the
+ * other, still reads the row before the INSERT changes it, as one Postgres does.
  */
 function reserveText(names: TableNames): string {
   const t = names.qualified
-  return `WITH reserved AS (
+  return `WITH existing AS MATERIALIZED (
+  SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
+), reserved AS (
   INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
     attempts, created_at, updated_at, expires_at)
   SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
@@ -74,8 +77,7 @@ function reserveText(names: TableNames): string {
 )
 SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
   set_config('synchronous_commit', 'off', true) AS async_commit
-FROM (SELECT 1) AS one LEFT JOIN reserved r ON true
-  LEFT JOIN (SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}) AS e ON true`
+FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`
 }
 
 /** The reservation with parameters (for `preparedStatements: false`, sent unnamed). */
