@@ -181,7 +181,9 @@ export const leaseGuard = (leaseMs: string) =>
 export function isLeaseLost(error: unknown): boolean {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
   if (code === '25P03') return true
-  return code === '08006' && typeof message === 'string' && message.startsWith('connection to the remote node')
+  return (
+    code === '08006' && typeof message === 'string' && message.startsWith('connection to the remote node')
+  )
 }
 
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
