@@ -88,7 +88,14 @@ export interface CitusCluster {
  * const cluster = await startCitusCluster()
  * const db = await createCitusTestDatabase('reaper', { cluster: cluster.url })
  */
-export async function startCitusCluster(options: { workers?: number } = {}): Promise<CitusCluster> {
+export async function startCitusCluster(
+  options: {
+    /** @default 2 */
+    workers?: number
+    /** More server settings for every node, e.g. `['fsync=on']` (a throwaway cluster runs with fsync off). */
+    settings?: readonly string[]
+  } = {},
+): Promise<CitusCluster> {
   const missing = citusMissing()
   if (missing) throw new Error(`Cannot start a Citus cluster: ${missing}. .ci/run builds Citus.`)
   const base = mkdtempSync(path.join(tmpdir(), 'oncely-citus-'))
@@ -96,7 +103,14 @@ export async function startCitusCluster(options: { workers?: number } = {}): Pro
   if (process.getuid?.() === 0) chmodSync(base, 0o777)
   const child: ChildProcessWithoutNullStreams = spawn(
     process.execPath,
-    [SCRIPT, '--dir', path.join(base, 'cluster'), '--workers', String(options.workers ?? 2)],
+    [
+      SCRIPT,
+      '--dir',
+      path.join(base, 'cluster'),
+      '--workers',
+      String(options.workers ?? 2),
+      ...(options.settings ?? []).flatMap((setting) => ['--set', setting]),
+    ],
     { stdio: 'pipe' },
   )
   let stderr = ''
@@ -203,7 +217,12 @@ async function onNode<T>(url: string, run: (client: pg.Client) => Promise<T>): P
  */
 export async function createCitusTestDatabase(
   label = 'test',
-  options: { cluster?: string; pool?: pg.PoolConfig } = {},
+  options: {
+    cluster?: string
+    pool?: pg.PoolConfig
+    /** Register only the first this many workers in the database (the others can be added later). @default all */
+    workers?: number
+  } = {},
 ): Promise<CitusTestDatabase> {
   const cluster = options.cluster ?? process.env.CITUS_URL
   if (!cluster) throw new Error('No Citus cluster: pass `cluster` (a coordinator URL) or set CITUS_URL.')
@@ -213,7 +232,7 @@ export async function createCitusTestDatabase(
     const { rows } = await client.query<{ nodename: string; nodeport: number }>(
       `SELECT nodename, nodeport FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' ORDER BY nodeid`,
     )
-    return rows
+    return options.workers === undefined ? rows : rows.slice(0, options.workers)
   })
   const nodeUrl = (host: string, port: number | string) => {
     const url = new URL(cluster)
