@@ -22,12 +22,12 @@ const common: Options = {
 
 export default defineConfig([
   { ...common, format: ['esm'], platform: 'neutral' },
-  // p-retry, is-network-error and uuid ship ESM only; bundling them into the CJS build lets
+  // p-retry and is-network-error ship ESM only; bundling them into the CJS build lets
   // require('@oncely/client') work.
   {
     ...common,
     format: ['cjs'],
     platform: 'neutral',
-    noExternal: ['@oncely/protocol', 'p-retry', 'uuid', 'is-network-error'],
+    noExternal: ['@oncely/protocol', 'p-retry', 'is-network-error'],
   },
 ])

@@ -14,7 +14,7 @@ import { idempotency } from '@oncely/server/fastify'
 import { instrumentEngine } from '@oncely/server/otel'
 import { createEngineForTesting } from '@oncely/server/testing'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
-import type pg from 'pg'
+import pg from 'pg'
 import { registerAuth } from './auth.js'
 import type { ChaosConfig } from './config.js'
 import { ONCELY_SCHEMA } from './database.js'
@@ -34,9 +34,8 @@ export interface AppOptions {
   pool: pg.Pool
   /**
    * Pool for the payment steps' own transactions (each execution holds a `pool` connection for its business
-   * transaction while a step takes one from here). Give it its own pool when requests can exhaust `pool`, or they
-   * all wait for a connection none of them will release.
-   * @default pool
+   * transaction while a step takes one from here, so it must not be `pool`: `steps()` refuses that).
+   * @default a pool of its own with `pool`'s settings, ended when the app closes
    */
   stepsPool?: pg.Pool
   /**
@@ -117,7 +116,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     ? withoutIdempotency(pool)
     : await withIdempotency(app, createPaymentsEngine(app, options, faults, metrics))
 
-  const handle = createPaymentHandler({ stepsPool: options.stepsPool ?? pool, provider, faults })
+  const handle = createPaymentHandler({
+    stepsPool: options.stepsPool ?? ownPool(app, pool),
+    provider,
+    faults,
+  })
   registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
   if (metrics) registerMetricsRoute(app, metrics)
@@ -215,4 +218,12 @@ function withoutIdempotency(pool: pg.Pool): PaymentExecutionSource {
       }
     },
   }
+}
+
+/** A pool with `like`'s settings that the app owns: ended when it closes. */
+function ownPool(app: FastifyInstance, like: pg.Pool): pg.Pool {
+  const own = new pg.Pool(like.options)
+  own.on('error', () => {}) // an idle client losing its server must not crash the process
+  app.addHook('onClose', () => own.end())
+  return own
 }

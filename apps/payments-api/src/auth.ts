@@ -9,8 +9,18 @@ const BEARER = /^Bearer ([a-z0-9_-]{1,64})$/
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The authenticated tenant; set by the auth hook on every `/v1/` route. */
+    /** The authenticated tenant; set by the auth hook on every route but the public ones. */
     tenant: string
+  }
+  interface FastifyContextConfig {
+    /**
+     * Anyone may call this route without credentials (the health check, the metrics, the checkout page). Every other
+     * route, and a path that matches none, needs them.
+     * @default false
+     * @example
+     * app.get('/healthz', { config: { public: true } }, handler)
+     */
+    public?: boolean
   }
 }
 
@@ -22,11 +32,15 @@ export function tenantFromAuthorization(header: string | undefined): string | un
 /**
  * Registers the tenant check as an `onRequest` hook, which runs before the body is read and before any
  * idempotency key is reserved, so an unauthenticated request leaves no trace.
+ *
+ * It decides on the route the router matched, never on the raw URL: the router decodes the path (`/%761/payments`
+ * is `/v1/payments`) and takes an absolute-form target (`POST http://host/v1/payments`) by its path, so a test of
+ * the URL's spelling would let such requests through. Failing closed, only routes marked `config.public` skip it.
  */
 export function registerAuth(app: FastifyInstance): void {
   app.decorateRequest('tenant', '')
   app.addHook('onRequest', async (request, reply) => {
-    if (!request.url.startsWith('/v1/')) return
+    if (request.routeOptions.config?.public === true) return
     const tenant = tenantFromAuthorization(request.headers.authorization)
     if (tenant === undefined) {
       reply.header('WWW-Authenticate', 'Bearer')

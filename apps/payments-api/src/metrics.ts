@@ -18,7 +18,7 @@ export function createMetrics(): Metrics {
 
 /** `GET /metrics`: every metric in the Prometheus text format (the oncely engine's `oncely_server_*` among them). */
 export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics): void {
-  app.get('/metrics', async (request, reply) => {
+  app.get('/metrics', { config: { public: true } }, async (request, reply) => {
     reply.hijack()
     metrics.exporter.getMetricsRequestHandler(request.raw, reply.raw)
   })

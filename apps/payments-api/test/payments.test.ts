@@ -48,6 +48,70 @@ describe('authentication', () => {
   })
 })
 
+// The router decodes the path and takes an absolute-form target by its path, so every spelling of a route reaches
+// it: authentication is decided on the route that matched, never on the raw URL.
+describe('authentication, whatever the spelling of the path', () => {
+  let origin: string
+  let listening: FastifyInstance
+  beforeAll(async () => {
+    listening = await buildApp({ pool: db.pool, webRoot: false })
+    await listening.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = listening.server.address() as { port: number }
+    origin = `http://127.0.0.1:${port}`
+  })
+  afterAll(async () => {
+    await listening?.close()
+  })
+  const raw = (method: string, path: string, headers: [string, string][], payload?: string) =>
+    sendRaw(origin, { method, path, headers, body: payload, chunked: false, reuseKey: false })
+
+  it.each([
+    ['a percent-encoded path', (_: string) => '/%761/payments'],
+    ['a percent-encoded segment', (_: string) => '/v1/%70ayments'],
+    ['an absolute-form target', (host: string) => `${host}/v1/payments`],
+    ['an absolute-form, percent-encoded target', (host: string) => `${host}/%761/payments`],
+  ])('POST to %s without credentials: 401, and no key reserved', async (_, target) => {
+    const key = randomUUID()
+    const res = await raw(
+      'POST',
+      target(origin),
+      [
+        ['idempotency-key', key],
+        ['content-type', 'application/json'],
+      ],
+      JSON.stringify(body),
+    )
+    expect(res.status).toBe(401)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(JSON.parse(res.body.toString())).toMatchObject({ code: 'unauthorized' })
+    expect(await count(db.pool, 'oncely.idempotency_keys', ['key', key])).toBe(0)
+  })
+
+  it.each([
+    ['a percent-encoded path', (_: string) => '/%761/ledger'],
+    ['an absolute-form target', (host: string) => `${host}/v1/ledger`],
+  ])('GET the ledger through %s without credentials: 401', async (_, target) => {
+    const res = await raw('GET', target(origin), [])
+    expect(res.status).toBe(401)
+  })
+
+  it('the same spellings with credentials reach the route; the public routes need none', async () => {
+    const res = await raw(
+      'POST',
+      `${origin}/%761/payments`,
+      [
+        ['authorization', 'Bearer acme'],
+        ['idempotency-key', randomUUID()],
+        ['content-type', 'application/json'],
+      ],
+      JSON.stringify(body),
+    )
+    expect(res.status).toBe(201)
+    expect((await raw('GET', '/%68ealthz', [])).status).toBe(200)
+    expect((await raw('GET', `${origin}/healthz`, [])).status).toBe(200)
+  })
+})
+
 describe('validation', () => {
   it.each([
     ['no amount', { currency: 'eur' }],

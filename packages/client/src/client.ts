@@ -20,7 +20,7 @@ export interface OncelyClient {
     definition: Omit<RequestOptions, 'json' | 'body' | 'intentId' | 'signal' | 'onIntent'>,
   ): (
     json: TBody,
-    options?: Pick<RequestOptions, 'intentId' | 'signal' | 'headers' | 'onIntent'>,
+    options?: Pick<RequestOptions, 'intentId' | 'retryFailed' | 'signal' | 'headers' | 'onIntent'>,
   ) => Promise<OncelyResponse<T>>
   /** Intents not confirmed yet (pending, or expired with an unknown outcome). */
   pending(): Promise<PendingIntent[]>

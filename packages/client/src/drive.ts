@@ -1,7 +1,8 @@
 import { ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER } from '@oncely/protocol'
 import pRetry, { AbortError } from 'p-retry'
 import { type RetryPolicy, retryDelay } from './backoff.js'
-import { RETRY_STATUSES } from './classify.js'
+import { isRetryableAnswer, PACED_MIN_MS } from './classify.js'
+import { diagnoseNetworkError, hiddenHeaderError } from './cors.js'
 import type { Emitter } from './emitter.js'
 import { type HTTPError, isHTTPError } from './errors/http-error.js'
 import { IntentExpiredError } from './errors/intent-expired-error.js'
@@ -64,6 +65,8 @@ export async function drive(
   let lastResponse: RawResponse | undefined
   // p-retry rethrows an AbortError's message wrapper; the real reason to stop travels here.
   let stop: { error: unknown } | undefined
+  // Set once a look at a failed cross-origin attempt found its headers allowed by CORS: no need to look again.
+  let preflightAllowed = false
   const halt = (error: unknown): never => {
     stop = { error }
     throw new AbortError('stop')
@@ -93,13 +96,28 @@ export async function drive(
         timeoutMs: ctx.timeoutMs,
         signal,
         timers: ctx.timers,
+      }).catch(async (error: unknown) => {
+        // A browser reports a CORS refusal as a network error: look closer before retrying it (see cors.ts).
+        if (isNetworkError(error) && !preflightAllowed) {
+          const found = await diagnoseNetworkError(record, headers, error, ctx)
+          if (found === 'allowed') preflightAllowed = true
+          else if (found) halt(found)
+        }
+        throw error
       })
       if (response.status < 400) return response
       lastResponse = response
       const error = httpErrorFor(response.status, response.headers, response.text)
-      if (!RETRY_STATUSES.has(response.status)) return halt(error)
+      const hidden = hiddenHeaderError(record, response, error.problem)
+      if (hidden) halt(hidden)
+      if (!isRetryableAnswer(response.status, isReplayed(response.headers), error.problem)) return halt(error)
       throw error
     }
+    // Whether the retry being scheduled waits a Retry-After the server asked for: such a retry is paced by the
+    // server and does not count against retry.limit (p-retry's retriesConsumed counts only the others), while
+    // retry.maxElapsedMs bounds every wait. So a duplicate of a long request keeps asking while the server says it
+    // is in flight, and a client's own backoff still stops after retry.limit.
+    let paced = false
     const raw = await pRetry(
       // Only a network error or a retryable status is retried; anything else (the store failing, the `headers`
       // option throwing, an abort, a final status) ends the run.
@@ -109,16 +127,17 @@ export async function drive(
           return halt(error)
         }),
       {
-        retries: ctx.retry.limit,
+        // Counted here instead (see `paced`): p-retry refuses any retry, consumed or not, once `retries` is spent.
+        retries: Number.POSITIVE_INFINITY,
         minTimeout: 0,
         maxTimeout: 0,
         ...(signal ? { signal } : {}),
-        onFailedAttempt: async ({ error, retriesLeft, retriesConsumed }) => {
+        shouldConsumeRetry: () => !paced,
+        onFailedAttempt: async ({ error, retriesConsumed }) => {
           errors.push(error)
           await save({ lastError: summarize(error) })
           const exhausted = (reason: string) =>
             new RetryExhaustedError({ intentId: record.id, key: record.key, errors, reason })
-          if (retriesLeft === 0) throw exhausted(`retry.limit of ${ctx.retry.limit} reached`)
           const now = ctx.timers.now()
           const wait = retryDelay(
             ctx.retry,
@@ -127,6 +146,10 @@ export async function drive(
             now,
             isHTTPError(error) ? lastResponse : undefined,
           )
+          paced = wait.retryAfter && wait.delayMs >= PACED_MIN_MS
+          if (!paced && retriesConsumed >= ctx.retry.limit) {
+            throw exhausted(`retry.limit of ${ctx.retry.limit} reached`)
+          }
           if (now - started + wait.delayMs > ctx.retry.maxElapsedMs) {
             throw exhausted(`retry.maxElapsedMs of ${ctx.retry.maxElapsedMs} ms reached`)
           }

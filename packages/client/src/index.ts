@@ -1,6 +1,7 @@
 export type { RequestBody } from './body.js'
 export type { OncelyClient } from './client.js'
 export { createClient } from './create-client.js'
+export { CorsError, type CorsHeader, isCorsError } from './errors/cors-error.js'
 export { HTTPError, isHTTPError } from './errors/http-error.js'
 export {
   IdempotencyKeyReusedError,

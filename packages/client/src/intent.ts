@@ -18,6 +18,11 @@ export interface IntentRecord {
   createdAt: number
   /** After this instant the intent is never resent (ms since the epoch). */
   expiresAt: number
+  /**
+   * Which try of a named intent this is: 0 (absent) for the first, n after n tries that ended in a final error and
+   * a call with `retryFailed` started another. Each try has a key of its own.
+   */
+  try?: number
   /** Attempts made so far, over every run and process. */
   attempts: number
   /** Incremented on every write of this record. */

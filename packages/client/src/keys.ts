@@ -1,4 +1,4 @@
-import { v5 } from 'uuid'
+import { uuidV5 } from './sha1.js'
 
 // Fixed namespace for derived keys, so the same intent gives the same key in every runtime and release.
 const NAMESPACE = '0b3c8f2e-5a1d-4e6b-9c7f-2d4a6e8b1c3f'
@@ -23,8 +23,11 @@ export function randomKey(): string {
 
 /**
  * A UUID version 5 derived from the intent id and its target, so the same business fact always gives the same key
- * (across reloads, devices and processes). Pure JS SHA-1: works on insecure origins and Hermes.
+ * (across reloads, devices and processes). Pure JS SHA-1: works on insecure origins and Hermes. Try `n` of the
+ * intent (after `n` tries that ended in a final error, see `retryFailed`) has a key of its own, derived the same
+ * way, so every device walks the same sequence of keys; try 0 is the intent's first key.
  */
-export function deriveKey(intentId: string, method: string, url: string): string {
-  return v5(`${intentId}\n${method}\n${url}`, NAMESPACE)
+export function deriveKey(intentId: string, method: string, url: string, tryNumber = 0): string {
+  const name = `${intentId}\n${method}\n${url}`
+  return uuidV5(tryNumber === 0 ? name : `${name}\n${tryNumber}`, NAMESPACE)
 }

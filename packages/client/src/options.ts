@@ -6,7 +6,10 @@ import { OptionChecks } from './validate.js'
 /** Retry budget of one run of an intent (a `request`, or one intent inside `resume()`). */
 export interface RetryOptions {
   /**
-   * Retries after the first attempt (so at most `limit + 1` attempts per run).
+   * Retries the client paces itself, after the first attempt: after a network error, a timeout, or a retryable
+   * status without a `Retry-After` of at least one second. Retries that wait a `Retry-After` the server asked for
+   * (on 409, 429 and 503) do not count: `maxElapsedMs` bounds those, so a duplicate of a request still in flight
+   * keeps asking for as long as the server says it is in flight.
    * @default 8
    * @example 3
    */
@@ -24,7 +27,9 @@ export interface RetryOptions {
    */
   maxDelayMs?: number
   /**
-   * Total time one run may take, waits included; no retry is scheduled that would end later.
+   * Total time one run may take, waits included; no retry is scheduled that would end later. This is the budget
+   * of the waits a server asks for (`Retry-After` on 409, 429 and 503), which `limit` does not count: with the
+   * default, a duplicate of a request that holds its key for up to about two minutes gets that request's answer.
    * @default 120_000
    * @example 30_000
    */

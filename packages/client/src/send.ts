@@ -9,6 +9,8 @@ export interface RawResponse {
   status: number
   headers: Headers
   text: string
+  /** The Fetch API's response type: `'cors'` for a cross-origin answer in a browser, whose headers CORS filters. */
+  type: string | undefined
 }
 
 /**
@@ -50,7 +52,12 @@ export async function sendAttempt(
       body: decodeBody(record.body) as BodyInit | undefined,
       signal: controller.signal,
     })
-    return { status: response.status, headers: response.headers, text: await response.text() }
+    return {
+      status: response.status,
+      headers: response.headers,
+      text: await response.text(),
+      type: response.type,
+    }
   } catch (error) {
     if (signal?.aborted) throw signal.reason
     if (timedOut) throw new NetworkError(controller.signal.reason, true)

@@ -2,7 +2,7 @@ import { gzipSync } from 'node:zlib'
 import { build } from 'esbuild'
 import { expect, it } from 'vitest'
 
-const BUDGET = 12 * 1024
+const BUDGET = 12.5 * 1024
 const root = new URL('..', import.meta.url).pathname
 
 async function bundle(contents: string, platform: 'browser' | 'node' | 'neutral') {
@@ -22,7 +22,7 @@ async function bundle(contents: string, platform: 'browser' | 'node' | 'neutral'
   return { code: result.outputFiles[0]!.contents, inputs: Object.keys(result.metafile.inputs) }
 }
 
-it('the browser entry (index + IndexedDB store) with its dependencies is at most 12 KB minified and gzipped', async () => {
+it('the browser entry (index + IndexedDB store) with its dependencies is at most 12.5 KB minified and gzipped', async () => {
   const { code } = await bundle(
     "export * from './src/index.browser.ts'\nexport { indexedDbStore } from './src/stores/idb.ts'",
     'browser',

@@ -166,6 +166,64 @@ describe('intentId', () => {
     expect(second).toMatchObject({ status: 402, problem: { code: 'card_declined' } })
   })
 
+  it('retryFailed: a new try after a recorded decline, reported to onIntent with its own key', async () => {
+    server.use(
+      http.post(`${BASE}/v1/declined`, async ({ request }) => {
+        const { card } = (await request.json()) as { card: string }
+        seen.push({
+          key: request.headers.get('idempotency-key'),
+          headers: request.headers,
+          body: card,
+          raw: [],
+        })
+        return card === 'bad'
+          ? HttpResponse.json({ title: 'Card declined', status: 402 }, { status: 402 })
+          : HttpResponse.json({ ok: true }, { status: 201 })
+      }),
+    )
+    const client = make()
+    const reported: string[] = []
+    const call = (card: string) =>
+      client.request({
+        path: '/v1/declined',
+        json: { card },
+        intentId: 'order:10',
+        retryFailed: true,
+        onIntent: ({ key }) => reported.push(key),
+      })
+    await expect(call('bad')).rejects.toMatchObject({ status: 402 })
+    const paid = await call('good')
+    expect(seen.map((s) => [s.body, s.key])).toEqual([
+      ['bad', reported[0]],
+      ['good', paid.key],
+    ])
+    expect(paid.key).not.toBe(reported[0])
+    expect(reported).toEqual([reported[0], reported[0], paid.key]) // the second call: first key, then its try's
+    await expect(client.request({ path: '/x', retryFailed: 'yes' as never })).rejects.toThrow(
+      'Expected `retryFailed` to be a boolean',
+    )
+  })
+
+  it('retryFailed never starts a new try after a 422: the other bytes may have succeeded', async () => {
+    server.use(
+      http.post(`${BASE}/v1/reused`, ({ request }) => {
+        seen.push({
+          key: request.headers.get('idempotency-key'),
+          headers: request.headers,
+          body: '',
+          raw: [],
+        })
+        return HttpResponse.json({ title: 'reused', status: 422 }, { status: 422 })
+      }),
+    )
+    const client = make()
+    const call = () =>
+      client.request({ path: '/v1/reused', json: { card: 'b' }, intentId: 'order:11', retryFailed: true })
+    await expect(call()).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    await expect(call()).rejects.toBeInstanceOf(IdempotencyKeyReusedError)
+    expect(seen).toHaveLength(1)
+  })
+
   it('resumes intents left by a previous run when created with resumeOnStart', async () => {
     const store = memoryStore()
     await store.set({

@@ -161,7 +161,7 @@ describe('retry rules', () => {
     await runToEnd(pay(c))
     expect(retries.map((r) => [r.delayMs, r.retryAfter])).toEqual([
       [10_000, true],
-      [100, false], // full jitter: 0.5 * min(maxDelay, 100 * 2^1)
+      [50, false], // full jitter: 0.5 * min(maxDelay, 100 * 2^0), the first retry the client paces itself
     ])
   })
 
@@ -214,6 +214,123 @@ describe('retry rules', () => {
     expect(isRetryExhaustedError(error)).toBe(true)
     expect((error as Error).message).toContain('maxElapsedMs')
     expect(seen).toHaveLength(4) // waits of 999 ms: 3 fit in 3500 ms, the 4th would not
+  })
+
+  it('waits the server asks for do not use up retry.limit: 409s with Retry-After go on until the answer', async () => {
+    // A duplicate of a long request: the server says "in progress, ask again in 1 s" twelve times.
+    serve((n) =>
+      n <= 12
+        ? HttpResponse.json(
+            { type: 'urn:oncely:problem:request_in_progress', title: 'in progress', status: 409 },
+            { status: 409, headers: { 'retry-after': '1', 'content-type': 'application/problem+json' } },
+          )
+        : HttpResponse.json({ id: 'pay_1' }, { status: 201, headers: { 'idempotent-replayed': 'true' } }),
+    )
+    const { client: c, retries } = client()
+    const outcome = await runToEnd(pay(c))
+    expect(outcome).toMatchObject({ ok: true, value: { status: 201, source: 'replay', attempts: 13 } })
+    expect(retries).toHaveLength(12)
+    expect(retries.every((r) => r.retryAfter && r.delayMs === 1000)).toBe(true)
+  })
+
+  it('server-paced waits are bounded by retry.maxElapsedMs instead', async () => {
+    serve(() => new HttpResponse(null, { status: 503, headers: { 'retry-after': '10' } }))
+    const { client: c, store } = client({ retry: { maxElapsedMs: 45_000 } })
+    const error = errorOf(await runToEnd(pay(c)))
+    expect(isRetryExhaustedError(error)).toBe(true)
+    expect((error as Error).message).toContain('retry.maxElapsedMs of 45000 ms')
+    expect(seen).toHaveLength(5) // waits of 10 s: 4 fit in 45 s, the 5th would not
+    expect(await store.list()).toHaveLength(1) // still pending
+  })
+
+  it('a Retry-After under one second, and a retry without one, still count against retry.limit', async () => {
+    serve((n) =>
+      n % 2
+        ? new HttpResponse(null, { status: 429, headers: { 'retry-after': '0' } })
+        : new HttpResponse(null, { status: 503 }),
+    )
+    const { client: c } = client({ retry: { limit: 3 } })
+    const error = errorOf(await runToEnd(pay(c)))
+    expect((error as Error).message).toContain('retry.limit of 3 reached')
+    expect(seen).toHaveLength(4)
+  })
+
+  it('the backoff of the client’s own retries is not advanced by server-paced waits', async () => {
+    serve((n) =>
+      n === 1 || n === 2
+        ? new HttpResponse(null, { status: 409, headers: { 'retry-after': '2' } })
+        : n === 3
+          ? new HttpResponse(null, { status: 502 })
+          : HttpResponse.json({}),
+    )
+    const { client: c, retries } = client({ retry: { minDelayMs: 100 } })
+    await runToEnd(pay(c))
+    // The 502 is the first retry the client paces itself: 0.5 * min(maxDelayMs, 100 * 2^0).
+    expect(retries.map((r) => [r.delayMs, r.retryAfter])).toEqual([
+      [2000, true],
+      [2000, true],
+      [50, false],
+    ])
+  })
+
+  it.each([408, 409, 429, 503, 500])(
+    'never retries a replayed %i: the stored outcome of the key is final',
+    async (status) => {
+      serve(() =>
+        HttpResponse.json(
+          { title: 'stored', status },
+          { status, headers: { 'idempotent-replayed': 'true', 'retry-after': '1' } },
+        ),
+      )
+      const { client: c, store } = client()
+      const error = errorOf(await runToEnd(pay(c, { intentId: `order:${status}` })))
+      expect(error).toBeInstanceOf(HTTPError)
+      expect(error).toMatchObject({ status })
+      expect(seen).toHaveLength(1)
+      expect(await c.pending()).toEqual([])
+      const [record] = await store.list()
+      expect(record).toMatchObject({ state: 'failed', outcome: { status, replayed: true } })
+    },
+  )
+
+  it('never retries response_too_large: the handler would run again', async () => {
+    serve(() =>
+      HttpResponse.json(
+        {
+          type: 'urn:oncely:problem:response_too_large',
+          title: 'Response is too large to be stored for replay',
+          status: 500,
+          code: 'response_too_large',
+        },
+        { status: 500, headers: { 'content-type': 'application/problem+json' } },
+      ),
+    )
+    const { client: c } = client()
+    const error = errorOf(await runToEnd(pay(c)))
+    expect(error).toBeInstanceOf(HTTPError)
+    expect(error).toMatchObject({ status: 500, problem: { code: 'response_too_large' } })
+    expect(seen).toHaveLength(1)
+    expect(await c.pending()).toEqual([])
+  })
+
+  it('retries lease_expired like any 503, waiting its Retry-After', async () => {
+    serve((n) =>
+      n === 1
+        ? HttpResponse.json(
+            {
+              type: 'urn:oncely:problem:lease_expired',
+              title: 'The attempt lost its lease before it finished',
+              status: 503,
+              code: 'lease_expired',
+            },
+            { status: 503, headers: { 'retry-after': '2', 'content-type': 'application/problem+json' } },
+          )
+        : HttpResponse.json({ id: 'pay_1' }, { status: 201 }),
+    )
+    const { client: c, retries } = client()
+    const outcome = await runToEnd(pay(c))
+    expect(outcome).toMatchObject({ ok: true, value: { status: 201, attempts: 2 } })
+    expect(retries).toMatchObject([{ delayMs: 2000, retryAfter: true, reason: 'status 503' }])
   })
 
   it('an abort cancels the wait, rejects with the reason, and leaves the intent pending for resume()', async () => {

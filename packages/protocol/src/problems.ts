@@ -17,6 +17,7 @@ export const PROBLEMS = {
   unsupported_media_type: { status: 415, title: 'Unsupported content type' },
   response_too_large: { status: 500, title: 'Response is too large to be stored for replay' },
   store_unavailable: { status: 503, title: 'Idempotency store is unavailable' },
+  lease_expired: { status: 503, title: 'The attempt lost its lease before it finished' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 /** A machine-readable error code. */

@@ -140,6 +140,24 @@ describe('fingerprint', () => {
     expect(requestFingerprint({ ...base, body: { amount: 100, currency: 'eur' }, query: {} })).not.toBe(a)
   })
 
+  it('covers the path with its parameter values; a path equal to the route adds nothing', () => {
+    const base = { method: 'POST', route: '/v1/accounts/:id/transfers', body: { amount: 1 } }
+    const a = requestFingerprint({ ...base, path: '/v1/accounts/A/transfers' })
+    expect(requestFingerprint({ ...base, path: '/v1/accounts/B/transfers' })).not.toBe(a)
+    expect(requestFingerprint({ ...base, path: '/v1/accounts/A/transfers' })).toBe(a)
+    expect(requestFingerprint(base)).not.toBe(a)
+    const plain = { method: 'POST', route: '/v1/payments', body: { amount: 1 } }
+    expect(fingerprintMaterial({ ...plain, path: '/v1/payments' })).toBe(fingerprintMaterial(plain))
+    // The material as it is hashed: the query's canonical JSON, then the path as a JSON string.
+    expect(fingerprintMaterial({ ...base, path: '/v1/accounts/A\n/transfers', query: { q: 'x' } })).toBe(
+      'POST\n/v1/accounts/:id/transfers\n{"amount":1}\n{"q":"x"}\n"/v1/accounts/A\\n/transfers"',
+    )
+    // A path never reads as a query, nor a query as a path.
+    expect(fingerprintMaterial({ ...plain, path: '{}' })).not.toBe(
+      fingerprintMaterial({ ...plain, query: {} }),
+    )
+  })
+
   it('uses a SHA-256 that agrees with node:crypto', () => {
     for (const text of ['', 'abc', 'é'.repeat(1000), 'x'.repeat(55), 'x'.repeat(56), 'x'.repeat(64)]) {
       expect(sha256Hex(text)).toBe(createHash('sha256').update(text).digest('hex'))

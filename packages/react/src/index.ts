@@ -8,8 +8,9 @@ export type {
   InvalidatingQueryClient,
   OncelyMutationOptions,
   OncelyMutationOptionsInput,
+  ResumingQueryClient,
 } from './tanstack-query.js'
-export { oncelyMutationOptions, useInvalidateOnResumed } from './tanstack-query.js'
+export { oncelyMutationOptions, useInvalidateOnResumed, useResumedMutations } from './tanstack-query.js'
 export type { UseOnResumedOptions } from './use-on-resumed.js'
 export { useOnResumed } from './use-on-resumed.js'
 export type { UseOncelyMutationOptions, UseOncelyMutationResult } from './use-oncely-mutation.js'

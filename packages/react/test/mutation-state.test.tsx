@@ -12,6 +12,7 @@ import {
   useOncelyMutation,
   useOnResumed,
   usePendingIntents,
+  useResumedMutations,
 } from '../src/index.js'
 import { IntentMutation, type IntentMutationState } from '../src/intent-mutation.js'
 
@@ -143,6 +144,12 @@ function Invalidate(props: { queryClient: unknown }) {
   useInvalidateOnResumed(props.queryClient as never, () => [], { client: idleClient })
   return null
 }
+function Deliver(props: { queryClient: unknown; mutationKey?: unknown }) {
+  useResumedMutations(props.queryClient as never, (props.mutationKey ?? (() => ['pay'])) as never, {
+    client: idleClient,
+  })
+  return null
+}
 
 describe('bad options throw a TypeError naming the option', () => {
   const client = idleClient
@@ -178,6 +185,8 @@ describe('bad options throw a TypeError naming the option', () => {
     ['resumeOnMount', <OncelyProvider key="6" client={client} resumeOnMount={'no' as never} />],
     ['listener', <Resumed key="7" listener="toast" />],
     ['queryClient', <Invalidate key="8" queryClient={{}} />],
+    ['queryClient', <Deliver key="9" queryClient={{}} />],
+    ['mutationKey', <Deliver key="10" queryClient={{ getMutationCache() {} }} mutationKey={['pay']} />],
   ])('%s', async (option, element) => {
     const error = await renderError(element)
     expect(error).toBeInstanceOf(TypeError)

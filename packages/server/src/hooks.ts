@@ -17,6 +17,12 @@ export interface Observable {
   [ENGINE_SIGNALS]?: (observer: (signal: EngineSignal) => void) => () => void
 }
 
+/**
+ * The pool an execution's transaction came from, on the `ExecutionContext` the engine hands a handler: how
+ * `steps()` recognises being given that same pool for its own transactions (which would deadlock under load).
+ */
+export const STORE_POOL: unique symbol = Symbol.for('oncely.server.store-pool')
+
 /** An inbox delivery, attached by `createInbox` to the input it hands the engine (the engine ignores it). */
 export const INBOX_DELIVERY: unique symbol = Symbol.for('oncely.server.inbox-delivery')
 

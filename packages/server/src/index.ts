@@ -27,6 +27,8 @@ export {
   ResponseTooLargeError,
   StoreSetupError,
 } from './errors.js'
+export type { CorsHeaderOptions, CorsHeaders } from './http/cors.js'
+export { corsHeaders } from './http/cors.js'
 export type { DistributeOptions, DistributeResult } from './store/citus.js'
 export { distribute } from './store/citus.js'
 export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'

@@ -11,8 +11,9 @@ import {
   migrate,
   postgresStore,
 } from '../src/index.js'
+import { createEngineForTesting } from '../src/testing/index.js'
 import { auth, buildApp } from './app.js'
-import { freshKey, setupDatabase } from './helpers.js'
+import { freshKey, setupDatabase, stallEventLoop } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -207,5 +208,71 @@ describe('the type of request.idempotency', () => {
     app.post('/d', async (request) => {
       expectTypeOf(request.idempotency).toEqualTypeOf<ExecutionContext | null>()
     })
+  })
+})
+
+describe('what the core answers for a setup mistake or a lost lease, and logs with the fix', () => {
+  async function appWith(options: { tenant?: () => string; leaseMs?: number; maxResponseBytes?: number }) {
+    const { app, errors } = appWithLog()
+    let stall = false
+    const engine = createEngineForTesting({
+      store: postgresStore({ pool: db.pool }),
+      leaseMs: options.leaseMs ?? 30_000,
+      maxResponseBytes: options.maxResponseBytes ?? 1_048_576,
+      replayCache: false,
+      hooks: {
+        beforeCommit: () => {
+          if (stall) stallEventLoop((options.leaseMs ?? 0) + 300)
+        },
+      },
+    })
+    await app.register(idempotency, { engine, tenant: options.tenant ?? (() => 't') })
+    app.post('/v1/things', { config: { idempotency: true } }, async () => ({ big: 'x'.repeat(64) }))
+    await app.ready()
+    const post = (key: string) =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/things',
+        headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+        payload: { n: 1 },
+      })
+    return { app, errors, post, stallNext: () => (stall = true) }
+  }
+
+  it('a tenant id too long for the key index: 500 problem+json, nothing reserved, one error log', async () => {
+    const { app, errors, post } = await appWith({ tenant: () => 't'.repeat(600) })
+    const keys = [freshKey(), freshKey()]
+    for (const key of keys) {
+      const answer = await post(key)
+      expect(answer.statusCode).toBe(500)
+      expect(answer.headers['content-type']).toBe('application/problem+json')
+      expect(await reserved(key)).toBe(0)
+    }
+    expect(errors.filter((e) => e.msg.includes('`scope` to have at most 512 bytes'))).toHaveLength(1)
+    await app.close()
+  })
+
+  it('a response over maxResponseBytes: 500 response_too_large, stored and replayed, logged with the fix', async () => {
+    const { app, errors, post } = await appWith({ maxResponseBytes: 16 })
+    const key = freshKey()
+    const first = await post(key)
+    expect(first.statusCode).toBe(500)
+    expect(first.json()).toMatchObject({ code: 'response_too_large' })
+    const retry = await post(key)
+    expect(retry.statusCode).toBe(500)
+    expect(retry.headers['idempotent-replayed']).toBe('true')
+    expect(errors.some((e) => e.msg.includes('exceeds maxResponseBytes (16)'))).toBe(true)
+    await app.close()
+  })
+
+  it('an attempt whose process stalled past its lease: 503 lease_expired with Retry-After, logged naming leaseMs', async () => {
+    const { app, errors, post, stallNext } = await appWith({ leaseMs: 300 })
+    stallNext()
+    const answer = await post(freshKey())
+    expect(answer.statusCode).toBe(503)
+    expect(answer.json()).toMatchObject({ code: 'lease_expired' })
+    expect(answer.headers['retry-after']).toBe('1')
+    expect(errors.some((e) => e.msg.includes('longer than leaseMs (300 ms)'))).toBe(true)
+    await app.close()
   })
 })

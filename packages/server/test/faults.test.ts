@@ -4,14 +4,17 @@ import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { EngineHooks } from '../src/testing/index.js'
 import { buildApp } from './app.js'
-import { freshKey, reservation, setupDatabase, sleep } from './helpers.js'
+import { freshKey, reservation, setupDatabase, stallEventLoop } from './helpers.js'
 import { postPayment, retryUntilFinal } from './http.js'
 
 type Step = keyof EngineHooks
 let db: TestDatabase
 let app: FastifyInstance
 let url: string
-/** The hook to fail once, and the hook to pause once (until `resume` is called). */
+/**
+ * The hook to fail once, and the hook to pause once: the process stalls there past the lease (renewing nothing, as a
+ * paused or starved process would), then the attempt waits until `resume` is called.
+ */
 const armed: { fail?: Step; pause?: Step; resume?: () => void; paused?: () => void } = {}
 
 const LEASE_MS = 300
@@ -26,6 +29,7 @@ beforeAll(async () => {
     if (armed.pause === step) {
       armed.pause = undefined
       armed.paused?.()
+      stallEventLoop(LEASE_MS + 100)
       await new Promise<void>((resolve) => {
         armed.resume = resolve
       })
@@ -145,7 +149,6 @@ describe('fencing', () => {
     armed.pause = 'beforeCommit'
     const original = postPayment(url, key, body)
     await paused
-    await sleep(LEASE_MS + 100)
     const winner = await postPayment(url, key, body)
     expect(winner.status).toBe(201)
     expect(winner.headers.get('idempotent-replayed')).toBeNull()

@@ -124,6 +124,15 @@ export async function countPayments(pool: pg.Pool, tenant?: string): Promise<num
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
+/**
+ * Stops this process's event loop for `ms`, as a long GC pause, a blocking call or a starved CPU would: no timer
+ * fires and no socket is read meanwhile. Unlike `await sleep(ms)`, which a live process does while it waits on a
+ * provider (and during which the engine keeps its lease), this is a stall: the engine cannot renew anything.
+ */
+export function stallEventLoop(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+}
+
 let counter = 0
 /** A key no other test uses. */
 export const freshKey = (label = 'k') =>

@@ -5,7 +5,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
 import { createEngineForTesting } from '../src/testing/index.js'
-import { fingerprintOf, freshKey, reservation, sleep } from './helpers.js'
+import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -39,16 +39,11 @@ it('prepares its statements once per table on a shared connection, and both tabl
     `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name`,
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
-  // The row protocol's reservation and completion; the lock protocol's lock-and-lookup and finish.
-  const [first, second] = reservation === 'row' ? ['complete', 'reserve'] : ['finish', 'lock']
-  expect(kinds.sort()).toEqual([
-    `oncely_${first}_sql`,
-    `oncely_${first}_sql`,
-    `oncely_${second}_sql`,
-    `oncely_${second}_sql`,
-  ])
+  // The row protocol's reservation and completion; the lock protocol's lock, lookup and finish: once per table.
+  const prepared = reservation === 'row' ? ['complete', 'reserve'] : ['finish', 'lock', 'locked_lookup']
+  expect(kinds.sort()).toEqual(prepared.flatMap((kind) => [`oncely_${kind}_sql`, `oncely_${kind}_sql`]))
   for (const table of ['keys_a', 'keys_b']) {
-    expect(rows.filter((row) => row.statement.includes(`"oncely"."${table}"`))).toHaveLength(2)
+    expect(rows.filter((row) => row.statement.includes(`"oncely"."${table}"`))).toHaveLength(prepared.length)
   }
 })
 
@@ -95,7 +90,14 @@ for (const preparedStatements of [true, false]) {
       reservation,
       leaseMs: 100,
       replayCache: false,
-      hooks: { beforeCommit: () => (paused ? sleep(400) : undefined) },
+      // The process stalls past the lease, then waits: it renews nothing meanwhile.
+      hooks: {
+        beforeCommit: () => {
+          if (!paused) return undefined
+          stallEventLoop(200)
+          return sleep(200)
+        },
+      },
     })
     const fast = createEngine({ store, reservation, leaseMs: 5_000, replayCache: false })
     const key = freshKey()

@@ -35,7 +35,7 @@ export function registerCheckoutPage(app: FastifyInstance, root: string): void {
     }
   }
 
-  app.get('/', async (_request, reply) => {
+  app.get('/', { config: { public: true } }, async (_request, reply) => {
     const file = await serve('index.html', 'no-cache')
     if (!file) {
       return reply
@@ -46,7 +46,7 @@ export function registerCheckoutPage(app: FastifyInstance, root: string): void {
     return reply.type(file.type).header('Cache-Control', file.cache).send(file.body)
   })
 
-  app.get<{ Params: { '*': string } }>('/assets/*', async (request, reply) => {
+  app.get<{ Params: { '*': string } }>('/assets/*', { config: { public: true } }, async (request, reply) => {
     // Vite puts a content hash in every asset name, so an asset never changes under its URL.
     const file = await serve(path.join('assets', request.params['*']), 'public, max-age=31536000, immutable')
     if (!file) return reply.callNotFound()

@@ -18,6 +18,7 @@ const ONCELY_ERROR_NAMES = new Set([
   'NetworkError',
   'StorageError',
   'QuotaExceededError',
+  'CorsError',
 ])
 
 /** Shared guard helper: `error.name` is one of `names`. */

@@ -11,6 +11,7 @@ import Fastify from 'fastify'
  * `dropResponses` lets the engine commit and then destroys the socket instead of writing the response (the lost
  * response); it applies to replays too. `unavailable` answers 503 before the engine sees the request (no effect).
  * `workMs` keeps the handler busy inside its transaction. `files` are served on GET (pages for browser tests).
+ * A payment whose `card` is in `declined` is answered 402 (stored by the engine as the key's final outcome).
  */
 export async function startOncelyServer(label: string) {
   const db = await createTestDatabase(label)
@@ -23,6 +24,7 @@ export async function startOncelyServer(label: string) {
     unavailable: false,
     workMs: 0,
     keys: [] as (string | undefined)[],
+    declined: new Set<string>(),
     files: new Map<string, { type: string; body: string }>(),
   }
   app.get('/*', async (request, reply) => {
@@ -44,11 +46,14 @@ export async function startOncelyServer(label: string) {
     }) as typeof raw.writeHead
   })
   await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
-  app.post<{ Body: { amount: number } }, { idempotency: { required: true } }>(
+  app.post<{ Body: { amount: number; card?: string } }, { idempotency: { required: true } }>(
     '/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {
       if (state.workMs > 0) await new Promise((resolve) => setTimeout(resolve, state.workMs))
+      if (request.body.card !== undefined && state.declined.has(request.body.card)) {
+        return reply.code(402).send({ title: 'Card declined', status: 402, card: request.body.card })
+      }
       const { rows } = await request.idempotency.tx.query(
         'INSERT INTO payments (amount) VALUES ($1) RETURNING id',
         [request.body.amount],

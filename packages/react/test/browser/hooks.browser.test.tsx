@@ -4,9 +4,11 @@
 import { createClient, isRetryExhaustedError, type OncelyClient, type ResumedIntent } from '@oncely/client'
 import { indexedDbStore } from '@oncely/client/idb'
 import {
+  MutationCache,
   QueryClient,
   QueryClientProvider,
   useMutation,
+  useMutationState,
   useQuery,
   useQueryClient,
 } from '@tanstack/react-query'
@@ -21,6 +23,7 @@ import {
   useOncelyMutation,
   useOnResumed,
   usePendingIntents,
+  useResumedMutations,
 } from '../../src/index.js'
 
 const apiUrl = inject('apiUrl')
@@ -61,12 +64,15 @@ function droppingFetch(drop: { on: boolean }): typeof fetch {
 }
 
 /** A client on the IndexedDB database `store`, as one page of one tab would create it. */
-function tab(store: string, options: { drop?: { on: boolean }; retries?: number } = {}): OncelyClient {
+function tab(
+  store: string,
+  options: { drop?: { on: boolean }; retries?: number; maxDelayMs?: number } = {},
+): OncelyClient {
   const client = createClient({
     baseUrl: apiUrl,
     store: indexedDbStore({ name: store }),
     ...(options.drop ? { fetch: droppingFetch(options.drop) } : {}),
-    retry: { limit: options.retries ?? 3, minDelayMs: 10, maxDelayMs: 20 },
+    retry: { limit: options.retries ?? 3, minDelayMs: 10, maxDelayMs: options.maxDelayMs ?? 20 },
     resumeOnOnline: false,
   })
   clients.push(client)
@@ -333,5 +339,101 @@ describe('TanStack Query', () => {
     expect(await second.pending()).toEqual([])
     expect((await seen(intent!.key)).payments).toHaveLength(1)
     page2.unmount()
+  })
+})
+
+/** A TanStack mutation through oncely that shows its state, and logs what each render saw. */
+function TrackedPay({ client, log }: { client: OncelyClient; log: string[] }) {
+  const pay = useMutation({
+    ...oncelyMutationOptions<Order, Payment>({ client, path: '/v1/payments' }),
+    mutationKey: ['pay'],
+  })
+  log.push(`${pay.status} ${pay.failureCount} ${pay.failureReason?.name ?? '-'}`)
+  return (
+    <section>
+      <button type="button" onClick={() => pay.mutate({ amount: 19 })}>
+        Pay
+      </button>
+      <p role="status" data-key={pay.data?.key ?? ''}>
+        {`${pay.status} ${pay.failureCount}`}
+      </p>
+    </section>
+  )
+}
+
+/** What the mutation cache holds for the key `['pay']`, as useMutationState sees it. */
+function PayMutations() {
+  const states = useMutationState({
+    filters: { mutationKey: ['pay'] },
+    select: (m) =>
+      `${m.state.status} ${(m.state.data as { data?: Payment } | undefined)?.data?.id ?? '-'} ${
+        (m.meta?.oncely as { key?: string } | undefined)?.key ?? '-'
+      }`,
+  })
+  return (
+    <ul aria-label="mutations">
+      {states.map((state) => (
+        <li key={state}>{state}</li>
+      ))}
+    </ul>
+  )
+}
+
+/** Puts the payments that resume() finishes into the mutation cache under `['pay']`. */
+function DeliverResumed() {
+  useResumedMutations(useQueryClient(), (intent) =>
+    new URL(intent.url).pathname === '/v1/payments' ? ['pay'] : undefined,
+  )
+  return null
+}
+
+describe('TanStack Query shows oncely’s work', () => {
+  it('failureCount and failureReason follow oncely’s retries while the mutation is pending, on one key', async () => {
+    const drop = { on: true }
+    const client = tab(freshStore(), { drop, retries: 1000, maxDelayMs: 50 })
+    const log: string[] = []
+    const view = render(
+      <QueryClientProvider client={new QueryClient()}>
+        <TrackedPay client={client} log={log} />
+      </QueryClientProvider>,
+    )
+    await userEvent.click(within(view.container).getByRole('button', { name: 'Pay' }))
+    await waitFor(() => expect(log).toContain('pending 2 NetworkError'))
+    drop.on = false
+    await waitFor(() => expect(statusOf(view.container).textContent).toBe('success 0'))
+    const key = statusOf(view.container).dataset.key!
+    const { attempts, payments } = await seen(key)
+    expect(attempts.length).toBeGreaterThanOrEqual(3)
+    expect(payments).toHaveLength(1)
+    expect(await client.pending()).toEqual([])
+  })
+
+  it('a result that resume() delivers after a reload reaches the mutation cache', async () => {
+    const store = freshStore()
+    const first = tab(store, { drop: { on: true }, retries: 1 })
+    const left = await first.request({ path: '/v1/payments', json: { amount: 20 } }).catch((error) => error)
+    expect(isRetryExhaustedError(left)).toBe(true)
+    const key = (left as { key: string }).key
+    await first.close()
+
+    const second = tab(store)
+    const settled: unknown[] = []
+    const queryClient = new QueryClient({
+      mutationCache: new MutationCache({ onSuccess: (data) => void settled.push(data) }),
+    })
+    const view = render(
+      <QueryClientProvider client={queryClient}>
+        <OncelyProvider client={second}>
+          <DeliverResumed />
+          <PayMutations />
+        </OncelyProvider>
+      </QueryClientProvider>,
+    )
+    const list = within(view.container).getByRole('list', { name: 'mutations' })
+    await waitFor(() => expect(list.children).toHaveLength(1))
+    const { payments } = await seen(key)
+    expect(payments).toHaveLength(1)
+    expect(list.textContent).toBe(`success ${payments[0]} ${key}`)
+    expect(settled).toMatchObject([{ key, replayed: true, data: { id: payments[0] } }])
   })
 })

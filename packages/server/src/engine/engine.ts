@@ -1,34 +1,28 @@
-// The engine: one attempt runner over a reservation protocol (store/row-reservation.ts or
-// store/lock-reservation.ts). Everything an attempt does around the handler is written here once: answering from
-// the record or the replay cache, the bounded wait, the handler in the business transaction, rollback,
-// classification, the size and 5xx checks, the completion, events and the cleanup of the connection.
-import { createHash } from 'node:crypto'
+// The engine: reserves a key over one reservation protocol (store/row-reservation.ts or store/lock-reservation.ts)
+// and runs each claimed attempt (attempt.ts); everything else it answers from the record or the replay cache, in
+// one place (`answerInspection`), whether a request asks, peeks, or an attempt lost its key.
 import { performance } from 'node:perf_hooks'
-import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
-import { ResponseTooLargeError } from '../errors.js'
 import { ENGINE_SIGNALS, type EngineSignal, type Observable } from '../hooks.js'
 import { detectPooler } from '../store/connection.js'
 import { lockReservation } from '../store/lock-reservation.js'
 import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
-import type { Claim, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
+import type { Claim, Inspection, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
 import { rowReservation } from '../store/row-reservation.js'
 import { reapBatch } from '../store/shards.js'
 import { verifyStore } from '../store/verify.js'
-import { defaultClassify, defaultRenderError } from './classify.js'
+import { Attempt, type AttemptEnvironment, type Sent, sentNow } from './attempt.js'
 import { failOpenReservation } from './fail-open.js'
 import type { FaultOptions } from './faults.js'
-import { LazyAbort } from './lazy-abort.js'
 import { checkInput, checkRecordId, positiveInteger, resolveOptions } from './options.js'
 import { ReplayCache } from './replay-cache.js'
-import { normalizeResponse } from './response.js'
+import { Durations, estimateRetryAfterMs, MIN_RETRY_AFTER_MS } from './retry-after.js'
 import type {
   Engine,
   EngineEvent,
   EngineOptions,
   ExecuteInput,
-  ExecutionContext,
   KeyId,
   Outcome,
   ReaperOptions,
@@ -36,6 +30,8 @@ import type {
   StoredResponse,
 } from './types.js'
 import { boundedWait } from './wait.js'
+
+export { stepKeyFor } from './step-key.js'
 
 // A reservation can lose a race against a concurrent release or reap and find the row gone or free; it then simply
 // tries again. This bounds those retries (each is a real state change by someone else, so it converges fast).
@@ -56,31 +52,10 @@ function onPoolError(pool: pg.Pool, listener: (error: Error) => void): void {
   listeners.add(listener)
 }
 
-/** Local instants taken just before a statement was sent: the start of a database-measured remaining lifetime. */
-interface Sent {
-  at: number
-  wall: number
-}
-
 /** What a finished record answers with. */
 interface Finished {
   fingerprint: string
   response: StoredResponse
-}
-
-/**
- * A deterministic key for one external call of an execution: SHA-256 (hex) over the canonical JSON of
- * `[scope, operation, key, step]`. It is what `ctx.stepKey(step)` returns, exported so code outside the handler (a
- * reconciliation job, a support tool) can find the provider's record of a step.
- *
- * @example
- * const chargeKey = stepKeyFor('tenant_1', 'POST /v1/payments', 'order-17', 'charge')
- * await stripe.charges.list({ idempotency_key: chargeKey }) // what the provider did for that step
- */
-export function stepKeyFor(scope: string, operation: string, key: string, step: string): string {
-  return createHash('sha256')
-    .update(canonicalJson([scope, operation, key, step]))
-    .digest('hex')
 }
 
 function storedFromRow(row: q.LookupRow): StoredResponse {
@@ -90,8 +65,6 @@ function storedFromRow(row: q.LookupRow): StoredResponse {
     body: row.response_body ?? Buffer.alloc(0),
   }
 }
-
-type ReleaseReason = 'error' | 'server_error_response' | 'response_too_large'
 
 /**
  * Creates the idempotency engine: reserve the key, run the handler in the business transaction on the same
@@ -111,7 +84,6 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
   const config = resolveOptions(options, faults)
   const store = resolveStore(options.store)
   const { pool } = store
-  const hooks = faults.hooks ?? {}
   // Observers attached through ENGINE_SIGNALS (`@oncely/server/otel`): none unless telemetry is installed.
   const observers = new Set<(signal: EngineSignal) => void>()
   const signal = (event: EngineSignal) => {
@@ -141,6 +113,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       : rowReservation(store, config.fenced)
   const failingOpen = failOpenReservation(pool)
   const cache = config.replayCache ? new ReplayCache(config.replayCache) : undefined
+  const durations = new Durations()
   // A finished record can only vanish before its expiry with the database's own past: a failover to a standby that
   // never received its commit (asynchronous replication), a restore. Both first break the connections, so losing
   // them empties the cache and every answer is asked of the database again.
@@ -163,6 +136,62 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     return diagnosed
   }
 
+  /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
+  function answerFinished(id: KeyId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
+    if (record.fingerprint !== fingerprint) {
+      emit?.({ type: 'mismatch', ...id })
+      return { kind: 'mismatch' }
+    }
+    emit?.({ type: 'replayed', status: record.response.status, ...id })
+    return { kind: 'replayed', response: record.response, fencedOut }
+  }
+
+  /**
+   * What a key's record answers a request that does not hold the key: a finished record its response (remembered
+   * until, conservatively before, it expires) or a mismatch, another request's live record a mismatch, a holder a
+   * 409 whose `Retry-After` estimates the holder's remaining time; `null` when the key is free.
+   */
+  function answerInspection(
+    id: KeyId,
+    fingerprint: string,
+    found: Inspection,
+    sent: Sent,
+    fencedOut: boolean,
+  ): Outcome | null {
+    switch (found.kind) {
+      case 'finished': {
+        const { row } = found
+        const record = { fingerprint: row.fingerprint, response: storedFromRow(row) }
+        cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall)
+        return answerFinished(id, fingerprint, record, fencedOut)
+      }
+      case 'mismatch':
+        emit?.({ type: 'mismatch', ...id })
+        return { kind: 'mismatch' }
+      case 'busy': {
+        const retryAfterMs = estimateRetryAfterMs(found, durations.typical(id.operation))
+        emit?.({ type: 'conflict', retryAfterMs, ...id })
+        return { kind: 'in_progress', retryAfterMs }
+      }
+      case 'free':
+        return null
+    }
+  }
+
+  const environment: AttemptEnvironment = {
+    config,
+    hooks: faults.hooks ?? {},
+    pool,
+    cache,
+    durations,
+    emit: () => emit,
+    storeError,
+    unavailable,
+    answerInspection,
+  }
+  const run = <C extends Claim>(input: ExecuteInput, on: ReservationProtocol<C>, claim: C, sent: Sent) =>
+    new Attempt(environment, input, on, claim, sent, on === failingOpen).run()
+
   async function execute(input: ExecuteInput): Promise<Outcome> {
     const { leaseMs, retentionMs } = checkInput(input, config)
     const id: KeyId = { scope: input.scope, operation: input.operation, key: input.key }
@@ -177,7 +206,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     }
     const waited = boundedWait(input.wait?.timeoutMs)
     for (let round = 0; ; ) {
-      const sent: Sent = { at: performance.now(), wall: Date.now() }
+      const sent = sentNow()
       let reservation: Awaited<ReturnType<ReservationProtocol['reserve']>>
       try {
         reservation = await protocol.reserve(request)
@@ -186,22 +215,13 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
         if (!input.failOpen) return unavailable(diagnosed)
         return failOpen(input, request)
       }
-      switch (reservation.kind) {
-        case 'claimed':
-          return run(input, protocol, reservation.claim, sent)
-        case 'finished':
-          return answerFinished(id, input.fingerprint, remember(id, reservation.row, sent), false)
-        case 'mismatch':
-          emit?.({ type: 'mismatch', ...id })
-          return { kind: 'mismatch' }
-        case 'raced':
-          if (++round < MAX_RACE_ROUNDS) continue
-          return { kind: 'in_progress', retryAfterMs: 1_000, fencedOut: false }
-        case 'busy':
-          if (await waited()) continue
-          emit?.({ type: 'conflict', retryAfterMs: reservation.retryAfterMs, ...id })
-          return { kind: 'in_progress', retryAfterMs: reservation.retryAfterMs, fencedOut: false }
+      if (reservation.kind === 'claimed') return run(input, protocol, reservation.claim, sent)
+      if (reservation.kind === 'raced') {
+        if (++round < MAX_RACE_ROUNDS) continue
+        return { kind: 'in_progress', retryAfterMs: MIN_RETRY_AFTER_MS }
       }
+      if (reservation.kind === 'busy' && (await waited())) continue
+      return answerInspection(id, input.fingerprint, reservation, sent, false) as Outcome
     }
   }
 
@@ -213,187 +233,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     } catch (error) {
       return unavailable(error)
     }
-    return run(input, failingOpen, reservation.claim, { at: performance.now(), wall: Date.now() })
-  }
-
-  /** Answers from a finished record: its response, or a mismatch for another fingerprint. */
-  function answerFinished(id: KeyId, fingerprint: string, record: Finished, fencedOut: boolean): Outcome {
-    if (record.fingerprint !== fingerprint) {
-      emit?.({ type: 'mismatch', ...id })
-      return { kind: 'mismatch' }
-    }
-    emit?.({ type: 'replayed', status: record.response.status, ...id })
-    return { kind: 'replayed', response: record.response, fencedOut }
-  }
-
-  /** Turns a finished row into a response and remembers it until (conservatively before) it expires. */
-  function remember(id: KeyId, row: q.LookupRow, sent: Sent): Finished {
-    const record = { fingerprint: row.fingerprint, response: storedFromRow(row) }
-    cache?.set(id, record.fingerprint, record.response, row.expires_in_ms, sent.at, sent.wall)
-    return record
-  }
-
-  /** One attempt on a claimed key: the handler in the business transaction, then the finished record. */
-  async function run<C extends Claim>(
-    input: ExecuteInput,
-    reservation: ReservationProtocol<C>,
-    claim: C,
-    sent: Sent,
-  ): Promise<Outcome> {
-    const { client, attempt } = claim
-    const { id } = claim.request
-    const failedOpen = reservation === failingOpen
-    if (claim.replaced === 'expired') emit?.({ type: 'expired', ...id })
-    else if (claim.replaced === 'takeover') emit?.({ type: 'takeover', attempt, ...id })
-    if (!failedOpen) emit?.({ type: 'reserved', attempt, ...id })
-
-    const started = Date.now()
-    const abort = new LazyAbort()
-    let broken: Error | undefined
-    const onClientError = (error: Error) => {
-      storeLost()
-      // The first error says why (Postgres's own, such as the lease guard's 25P03); the socket's close follows it.
-      broken ??= error
-      abort.abort(error)
-      emit?.({ type: 'store_error', error, ...id })
-    }
-    client.on('error', onClientError)
-    let open = true
-    const rollback = async () => {
-      if (!open) return
-      open = false
-      try {
-        await client.query('ROLLBACK')
-      } catch (error) {
-        broken ??= error as Error
-      }
-    }
-    const released = async (
-      reason: ReleaseReason,
-      detail: { error?: unknown; response?: StoredResponse },
-    ) => {
-      await rollback()
-      try {
-        await reservation.release(claim)
-        emit?.({ type: 'released', attempt, reason, ...id })
-      } catch (error) {
-        // The key stays held until its lease runs out; then the next attempt takes over.
-        storeError(error, id)
-      }
-      return { kind: 'retryable_failure', reason, ...detail } as const
-    }
-    // Postgres ended the transaction after it sat idle past the lease: nothing of this attempt committed, and another
-    // may hold the key by now. Free what the claim left (fenced), then answer like any attempt that lost its key.
-    const lost = async () => {
-      open = false
-      await reservation.release(claim).catch(() => {})
-      return fencedOut(claim)
-    }
-    const executed = (response: StoredResponse, status: 'succeeded' | 'failed_permanent'): Outcome => {
-      emit?.({ type: 'executed', attempt, status: response.status, durationMs: Date.now() - started, ...id })
-      return { kind: 'executed', response, status, attempt, ...(failedOpen ? { failedOpen } : {}) }
-    }
-
-    let crashed: unknown
-    try {
-      await hooks.afterReserve?.({ ...id, attempt, tx: client })
-      const ctx: ExecutionContext = {
-        tx: client,
-        ...id,
-        attempt,
-        recoveryPoint: claim.recoveryPoint,
-        saveRecoveryPoint: (point, tx) => reservation.saveRecoveryPoint(claim, point, tx),
-        stepKey: (step) => stepKeyFor(id.scope, id.operation, id.key, step),
-        get signal() {
-          return abort.signal
-        },
-      }
-
-      let response: StoredResponse
-      try {
-        response = normalizeResponse(await input.handler(ctx), config.replayHeaders)
-      } catch (error) {
-        if (q.isLeaseLost(broken)) return await lost()
-        await rollback()
-        const kind = broken ? 'retryable' : (input.classify ?? defaultClassify)(error)
-        if (kind === 'retryable') return await released('error', { error })
-        const stored = normalizeResponse(
-          (input.renderError ?? defaultRenderError)(error),
-          config.replayHeaders,
-        )
-        let stores: boolean
-        try {
-          stores = await reservation.fail(claim, stored)
-        } catch (failure) {
-          return unavailable(storeError(failure, id))
-        }
-        return stores ? executed(stored, 'failed_permanent') : await fencedOut(claim)
-      }
-      if (response.status >= 500) return await released('server_error_response', { response })
-      if (response.body.length > config.maxResponseBytes) {
-        const error = new ResponseTooLargeError(response.body.length, config.maxResponseBytes)
-        return await released('response_too_large', { error })
-      }
-
-      await hooks.beforeCommit?.({ ...id, attempt, tx: client })
-      const status = response.status >= 400 ? 'failed_permanent' : 'succeeded'
-      let completed: boolean
-      try {
-        completed = await reservation.complete(claim, status, response)
-      } catch (error) {
-        // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
-        // matches a key still held under this claim, so a committed record is left alone and an uncommitted one is
-        // freed at once. The connection is dropped, which also ends any open transaction.
-        broken ??= error as Error
-        if (q.isLeaseLost(broken)) return await lost()
-        open = false
-        const diagnosed = storeError(error, id)
-        await reservation.release(claim).catch(() => {})
-        return unavailable(diagnosed)
-      }
-      if (!completed) {
-        await rollback()
-        return await fencedOut(claim)
-      }
-      open = false
-      cache?.set(id, input.fingerprint, response, claim.expiresInMs, sent.at, sent.wall)
-      const outcome = executed(response, status)
-      await hooks.afterCommit?.({ ...id, attempt })
-      return outcome
-    } catch (error) {
-      crashed = error
-      abort.abort(error)
-      throw error
-    } finally {
-      await rollback()
-      // A client that broke or sat in an abandoned transaction is destroyed rather than returned to the pool. Our
-      // 'error' listener stays attached until the pool has its own again: a checked-out client that emits 'error'
-      // with no listener crashes the process (regression: connection-kill.test.ts).
-      client.release(broken ?? (crashed === undefined ? undefined : new Error('attempt abandoned')))
-      client.off('error', onClientError)
-    }
-  }
-
-  /** After an attempt lost its key: the record's answer (usually the winner's response), or 409. */
-  async function fencedOut(claim: Claim): Promise<Outcome> {
-    const { id } = claim.request
-    emit?.({ type: 'fenced_out', attempt: claim.attempt, ...id })
-    const sent: Sent = { at: performance.now(), wall: Date.now() }
-    let found: Awaited<ReturnType<ReservationProtocol['inspect']>>
-    try {
-      found = await protocol.inspect(claim.request)
-    } catch (error) {
-      return unavailable(storeError(error, id))
-    }
-    if (found.kind === 'finished')
-      return answerFinished(id, claim.request.fingerprint, remember(id, found.row, sent), true)
-    if (found.kind === 'mismatch') {
-      emit?.({ type: 'mismatch', ...id })
-      return { kind: 'mismatch' }
-    }
-    const retryAfterMs = found.kind === 'busy' ? found.retryAfterMs : 1_000
-    emit?.({ type: 'conflict', retryAfterMs, ...id })
-    return { kind: 'in_progress', retryAfterMs, fencedOut: true }
+    return run(input, failingOpen, reservation.claim, sentNow())
   }
 
   async function peek(
@@ -402,7 +242,7 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
     const id = checkRecordId(input)
     const cached = cache?.get(id)
     if (cached) return answerFinished(id, input.fingerprint, cached, false)
-    const sent: Sent = { at: performance.now(), wall: Date.now() }
+    const sent = sentNow()
     const request: ReserveRequest = {
       id,
       fingerprint: input.fingerprint,
@@ -410,24 +250,13 @@ export function buildEngine(options: EngineOptions, faults: FaultOptions): Engin
       retentionMs: config.retentionMs,
       requestHeaders: null,
     }
-    let found: Awaited<ReturnType<ReservationProtocol['inspect']>>
+    let found: Inspection
     try {
-      found = await protocol.inspect(request)
+      found = await protocol.inspect(request, pool)
     } catch (error) {
       return unavailable(storeError(error, id))
     }
-    switch (found.kind) {
-      case 'finished':
-        return answerFinished(id, input.fingerprint, remember(id, found.row, sent), false)
-      case 'mismatch':
-        emit?.({ type: 'mismatch', ...id })
-        return { kind: 'mismatch' }
-      case 'busy':
-        emit?.({ type: 'conflict', retryAfterMs: found.retryAfterMs, ...id })
-        return { kind: 'in_progress', retryAfterMs: found.retryAfterMs, fencedOut: false }
-      case 'free':
-        return null
-    }
+    return answerInspection(id, input.fingerprint, found, sent, false)
   }
 
   async function forget(key: KeyId): Promise<boolean> {

@@ -24,6 +24,7 @@ export function failOpenReservation(pool: pg.Pool): FailOpenReservation {
       }
     },
     inspect: async () => ({ kind: 'free' }),
+    renew: async () => true,
     async complete(claim) {
       await claim.client.query('COMMIT')
       return true

@@ -88,15 +88,37 @@ export function resolveOptions(options: EngineOptions, faults: FaultOptions = {}
   }
 }
 
+/**
+ * The longest `scope` and `operation`, in UTF-8 bytes. With a key of at most 255 characters, the three fit the key
+ * table's primary-key index, whose entries Postgres caps at 2704 bytes; past that every insert of the key fails.
+ */
+export const MAX_NAME_BYTES = 512
+
+/**
+ * What is wrong with the strings that name a key record (and the fingerprint, when given), or `undefined`. A scope
+ * or operation over {@link MAX_NAME_BYTES} is refused here, as a mistake in the caller, rather than by the index,
+ * as a store failure on every request.
+ */
+export function recordIdProblem(input: KeyId & { fingerprint?: string }): string | undefined {
+  for (const name of ['scope', 'operation', 'key', 'fingerprint'] as const) {
+    if (name === 'fingerprint' && !('fingerprint' in input)) continue
+    const value = input[name]
+    if (typeof value !== 'string' || value.length === 0)
+      return `Expected \`${name}\` to be a non-empty string.`
+    if ((name === 'scope' || name === 'operation') && value.length * 3 > MAX_NAME_BYTES) {
+      const bytes = Buffer.byteLength(value)
+      if (bytes > MAX_NAME_BYTES)
+        return `Expected \`${name}\` to have at most ${MAX_NAME_BYTES} bytes (UTF-8), got ${bytes}: it is part of the key table's index.`
+    }
+  }
+  return undefined
+}
+
 /** Checks the strings that name a key record (and the fingerprint, when given) and returns the record's id. */
 export function checkRecordId(input: KeyId & { fingerprint?: string }): KeyId {
   if (typeof input !== 'object' || input === null) throw new TypeError('Expected `input` to be an object.')
-  for (const name of ['scope', 'operation', 'key', 'fingerprint'] as const) {
-    if (name === 'fingerprint' && !('fingerprint' in input)) continue
-    if (typeof input[name] !== 'string' || input[name].length === 0) {
-      throw new TypeError(`Expected \`${name}\` to be a non-empty string.`)
-    }
-  }
+  const problem = recordIdProblem(input)
+  if (problem) throw new TypeError(problem)
   return { scope: input.scope, operation: input.operation, key: input.key }
 }
 

@@ -1,3 +1,5 @@
+import { PROBLEM_CONTENT_TYPE, problem } from '@oncely/protocol'
+import type { ResponseTooLargeError } from '../errors.js'
 import type { HandlerResponse, StoredResponse } from './types.js'
 
 /**
@@ -57,4 +59,18 @@ export function normalizeResponse(response: HandlerResponse, allowlist: Readonly
     throw new TypeError(`Expected the handler's \`status\` to be an HTTP status code, got ${status}.`)
   }
   return { status, headers, body: bytes }
+}
+
+/**
+ * What is stored in place of a response over `maxResponseBytes`: the `response_too_large` problem. It is stored (as
+ * a permanent failure, with the handler's writes rolled back) rather than released, because a retry would run the
+ * handler again, external calls included, only to produce the same response that cannot be stored.
+ */
+export function tooLargeResponse(error: ResponseTooLargeError): StoredResponse {
+  const details = problem('response_too_large', `${error.message} Nothing the handler wrote was committed.`)
+  return {
+    status: details.status,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE },
+    body: Buffer.from(JSON.stringify(details)),
+  }
 }

@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import type { ResponseTooLargeError } from '../errors.js'
 import type { PostgresStore } from '../store/postgres-store.js'
 import type { ReplayCacheOptions } from './replay-cache.js'
 
@@ -41,6 +42,8 @@ export interface ExecutionContext {
   /**
    * Saves a recovery point, committed at once and outside the business transaction, so a later attempt knows how
    * far an earlier one got (for example past an external call). Resolves `false` when this attempt was fenced out.
+   * It is written on the store's side lane (at most two connections of its own, opened like the pool's), never on
+   * a second connection of the pool: an attempt already holds one of those.
    * Under `reservation: 'lock'`, the first save also writes the key's row as `in_progress` under a lease, so from
    * then on a crash leaves the key held until the lease runs out (the next attempt then takes over with the point),
    * as under `'row'`.
@@ -88,7 +91,8 @@ export interface ExecuteInput {
   /**
    * Classifies an error thrown by the handler. Retryable errors release the key (nothing stored); permanent ones
    * are stored as the response from `renderError` and replayed.
-   * @default defaultClassify: HTTP 4xx `statusCode`/`status` is permanent; everything else is retryable
+   * @default defaultClassify: an HTTP 4xx `statusCode`/`status` is permanent, except 408, 409, 425 and 429 and any
+   * error carrying a `Retry-After` header; everything else is retryable
    */
   classify?: (error: unknown) => ErrorClass
   /**
@@ -122,6 +126,12 @@ export type Outcome =
       attempt: number
       /** True when the store was down and the handler ran without a key record (`failOpen`). */
       failedOpen?: boolean
+      /**
+       * Set when the handler's response exceeded `maxResponseBytes`: its writes were rolled back, and `response` is
+       * the `response_too_large` problem stored in its place (a retry replays it rather than running the handler
+       * again, whose external effects may have happened). Raise `maxResponseBytes`, then `engine.forget()` the key.
+       */
+      tooLarge?: ResponseTooLargeError
     }
   | {
       kind: 'replayed'
@@ -129,16 +139,36 @@ export type Outcome =
       /** True when this attempt executed, was fenced out by a takeover, and answers with the winner's response. */
       fencedOut: boolean
     }
-  | { kind: 'in_progress'; retryAfterMs: number; fencedOut: boolean }
+  | {
+      kind: 'in_progress'
+      /** An estimate of when the attempt holding the key will be done (at least a second). */
+      retryAfterMs: number
+    }
   | { kind: 'mismatch' }
   | { kind: 'unavailable'; retryAfterMs: number; error: unknown }
   | {
+      /**
+       * This attempt lost the key before it finished: its transaction sat idle past `leaseMs` (Postgres ended it),
+       * or its lease in the key's row ran out and another attempt took the key over. Nothing it wrote committed;
+       * retrying with the same key is safe. A live process renews its lease while the handler runs, so this means
+       * the process stalled (paused, its event loop blocked, starved of CPU) for longer than `leaseMs`.
+       */
+      kind: 'lease_expired'
+      retryAfterMs: number
+      attempt: number
+      /** The lease the attempt had. */
+      leaseMs: number
+    }
+  | {
       kind: 'retryable_failure'
-      /** Why: the handler threw, answered 5xx, or its response exceeded `maxResponseBytes`. */
-      reason: 'error' | 'server_error_response' | 'response_too_large'
-      /** The thrown error (for `error` and `response_too_large`). */
+      /**
+       * Why: the handler threw a retryable error, answered 5xx, or answered with a status a client retries (408,
+       * 409, 425, 429) or a `Retry-After` header.
+       */
+      reason: 'error' | 'server_error_response' | 'retryable_response'
+      /** The thrown error (for `error`). */
       error?: unknown
-      /** The handler's 5xx response, sent to the client but not stored. */
+      /** The handler's response, sent to the client but not stored (for the two `_response` reasons). */
       response?: StoredResponse
     }
 
@@ -157,6 +187,7 @@ export type EngineEvent =
   | (EventBase & { type: 'mismatch' })
   | (EventBase & { type: 'takeover'; attempt: number })
   | (EventBase & { type: 'fenced_out'; attempt: number })
+  | (EventBase & { type: 'lease_expired'; attempt: number; leaseMs: number })
   | (EventBase & { type: 'expired' })
   | (EventBase & { type: 'released'; attempt: number; reason: string })
   | { type: 'store_error'; error: unknown; scope?: string; operation?: string; key?: string }
@@ -166,10 +197,13 @@ export interface EngineOptions {
   /** Where key records live: `postgresStore({ pool })`. */
   store: PostgresStore
   /**
-   * How long an attempt keeps its key without progress. Under `'row'`, a duplicate gets 409 during the lease and
-   * after it the next attempt takes over (the earlier one can then no longer complete: its completion is fenced).
-   * Under both protocols, a business transaction idle for this long is ended by Postgres. Set it above the
-   * handler's p99, and above the longest wait between two of its statements (an external call, for example).
+   * How long an attempt keeps its key once its process stops making progress. While the handler runs, the engine
+   * renews the lease every `leaseMs / 3` from the event loop (a keep-alive statement on the business transaction,
+   * and under `'row'` or after a recovery point a renewed deadline in the key's row), so a live handler keeps its
+   * key however long it waits on a provider. A process that stops (paused, its event loop blocked, starved of CPU)
+   * renews nothing: Postgres ends its transaction once it sat idle this long, and under `'row'` the next attempt
+   * takes over once the lease in the row ran out (the earlier one can then no longer complete: it is fenced). Set
+   * it above the longest stall you tolerate before a takeover.
    * @default 30_000
    */
   leaseMs?: number

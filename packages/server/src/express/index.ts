@@ -8,6 +8,7 @@ import {
   problemAnswer,
   type ResponseWriter,
   resetHandlerHeaders,
+  snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
@@ -19,9 +20,18 @@ import {
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod, parseBody } from '../http/request.js'
+import {
+  announcesBody,
+  DEFAULT_MAX_BODY_BYTES,
+  decodePath,
+  headerProblem,
+  isSafeMethod,
+  parseBody,
+  targetPath,
+} from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
+const NO_BYTES = Buffer.alloc(0)
 
 /** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
 export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
@@ -58,6 +68,7 @@ const writer: ResponseWriter<ServerResponse> = {
   },
   setHeader: (res, name, value) => res.setHeader(name, value),
   removeHeader: (res, name) => res.removeHeader(name),
+  headers: (res) => res.getHeaders(),
 }
 
 /**
@@ -120,13 +131,13 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
         restore()
         ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
           this,
-          answer.own ? body : writeReplacement(writer, this, answer),
+          answer.own ? body : writeReplacement(writer, this, answer, held.headersBefore),
           callback,
         )
       },
       (error) => {
         restore()
-        resetHandlerHeaders(writer, this)
+        resetHandlerHeaders(writer, this, held.headersBefore)
         fail(error)
       },
     )
@@ -142,8 +153,9 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
  * to `next`) and can roll back the handler's writes; a middleware would only see the error page your error
  * handler renders.
  *
- * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only (a
- * body it already parsed is used as parsed, without the strict checks).
+ * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only. A
+ * request whose body another parser already read is refused (500 problem+json; the log says how to fix it, once
+ * per route), since its bytes can no longer be checked or fingerprinted.
  *
  * @example
  * const idempotent = idempotency({ engine, tenant: (req) => req.get('x-tenant') ?? '' })
@@ -164,27 +176,42 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   ): RequestHandler {
     const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+    // Set at the first request whose body another parser read, so that the log says it once per route.
+    let parsedBefore = false
 
     return async function idempotentRoute(req: Request, res: Response, next: NextFunction) {
       const request = req as IdempotentRequest<ExecutionContext | null>
       request.idempotency = null
       if (isSafeMethod(req.method)) return handler(request, res, next)
+      const held = new HeldResponse(() => snapshotHeaders(writer, res))
       const answer = (value: Answer) => {
-        if (!value.own) res.end(writeReplacement(writer, res, value))
+        if (!value.own) res.end(writeReplacement(writer, res, value, held.headersBefore))
       }
       const header = (name: string) => req.headers[name]
       // Refused before the body is read to its end: the answer must reach a client still sending it.
       const early = headerProblem(header, limit)
       if (early) return sendRefusal(req, res, problemAnswer(early))
-      let body: unknown = req.body
+      let bytes: Buffer = NO_BYTES
       if (!(req as IncomingMessage).readableEnded) {
         const read = await readNodeBody(req, limit)
         if (!read.ok) return sendRefusal(req, res, problemAnswer(read.problem))
-        const parsed = parseBody(read.bytes, header)
-        if (!parsed.ok) return answer(problemAnswer(parsed.problem))
-        body = parsed.body
-        req.body = body
+        bytes = read.bytes
+      } else if (announcesBody(header)) {
+        // Another parser (express.json()) read the body: its bytes are gone, and with them the strict checks.
+        if (!parsedBefore) {
+          parsedBefore = true
+          log.error(
+            {},
+            `oncely: the body of ${req.method} ${req.baseUrl}${String(req.route?.path ?? req.path)} was read by another body parser (express.json()?) before idempotent() could parse it, so its duplicate member names, integers beyond 2^53 and bytes that are not UTF-8 would pass unchecked and its fingerprint would not be the request's; every such request is refused. idempotent() reads and parses the JSON body itself: mount body parsers after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
+          )
+        }
+        return answer(misconfiguredAnswer('This route is not set up correctly.'))
       }
+      // An empty body with a JSON content type is 400, as without a parser in front (express.json() makes it {}).
+      const parsed = parseBody(bytes, header)
+      if (!parsed.ok) return answer(problemAnswer(parsed.problem))
+      const { body } = parsed
+      req.body = body
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       if (template === undefined && route.operation === undefined) {
         log.error(
@@ -194,12 +221,12 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         return answer(misconfiguredAnswer('This route is not set up correctly.'))
       }
 
-      const held = new HeldResponse()
       let verdict: Verdict | undefined
       try {
         verdict = await core.handle(route, {
           method: req.method,
           route: template ?? (route.operation as string),
+          path: decodePath(targetPath(req.originalUrl)),
           header,
           body,
           query: () => req.query as Record<string, unknown>,
@@ -221,6 +248,8 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
           },
         })
       } catch (error) {
+        // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
+        if (held.headersBefore) resetHandlerHeaders(writer, res, held.headersBefore)
         return next(error)
       }
       if (verdict === undefined) return

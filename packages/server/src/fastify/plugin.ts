@@ -16,13 +16,20 @@ import {
   type ReplacingAnswer,
   type ResponseWriter,
   resetHandlerHeaders,
+  snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS } from '../http/core.js'
+import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
 import { refuse } from '../http/refusal.js'
-import { DEFAULT_MAX_BODY_BYTES, headerProblem, isSafeMethod } from '../http/request.js'
+import {
+  DEFAULT_MAX_BODY_BYTES,
+  decodePath,
+  headerProblem,
+  isSafeMethod,
+  targetPath,
+} from '../http/request.js'
 import { payloadBytes } from './capture.js'
 import type { IdempotencyPluginOptions } from './config.js'
 import { frameworkProblem, installStrictJsonParser, RequestRefusedError } from './json.js'
@@ -51,12 +58,17 @@ const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
 const writer: ResponseWriter<FastifyReply> = {
   status: (reply, code) => reply.code(code),
   setHeader: (reply, name, value) => reply.header(name, value),
-  removeHeader: (reply, name) => reply.removeHeader(name),
+  // Fastify's own headers, and any set on the raw response (which Fastify merges in when it writes the head).
+  removeHeader: (reply, name) => {
+    reply.removeHeader(name)
+    reply.raw.removeHeader(name)
+  },
+  headers: (reply) => reply.getHeaders(),
 }
 
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
-const sendAnswer = (reply: FastifyReply, answer: Answer): FastifyReply =>
-  answer.own ? reply : reply.send(writeReplacement(writer, reply, answer))
+const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse): FastifyReply =>
+  answer.own ? reply : reply.send(writeReplacement(writer, reply, answer, held?.headersBefore))
 
 /**
  * Answers a request refused before its body was read to its end (over the limit, not JSON): the answer goes out at
@@ -64,7 +76,7 @@ const sendAnswer = (reply: FastifyReply, answer: Answer): FastifyReply =>
  */
 function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: ReplacingAnswer): FastifyReply {
   const refusal = refuse(answer, nodeChunks(request.raw))
-  writeReplacement(writer, reply, { ...answer, headers: refusal.headers })
+  writeReplacement(writer, reply, { ...answer, headers: refusal.headers }, undefined)
   return reply.send(refusal.body)
 }
 
@@ -130,11 +142,11 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     try {
       answer = await held.decision.promise
     } catch (error) {
-      // The error page that replaces the response must not carry its Location, ETag, ...
-      resetHandlerHeaders(writer, reply)
+      // The error page that replaces the response must not carry its Location, Set-Cookie, ...
+      resetHandlerHeaders(writer, reply, held.headersBefore)
       throw error
     }
-    return answer.own ? body : writeReplacement(writer, reply, answer)
+    return answer.own ? body : writeReplacement(writer, reply, answer, held.headersBefore)
   }
 
   fastify.addHook('onRoute', (routeOptions) => {
@@ -180,36 +192,44 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
 
     const original = routeOptions.handler as RouteHandlerMethod
     routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {
-      const held = new HeldResponse()
-      const verdict = await core.handle(route, {
-        method: request.method,
-        route: template,
-        header: (name) => request.headers[name],
-        body: request.body,
-        query: () => request.query as Record<string, unknown>,
-        tenant: () => tenant(request),
-        log: request.log,
-        held,
-        run: (ctx) => {
-          ;(request as { idempotency: ExecutionContext | null }).idempotency = ctx
-          ;(request as Held)[kHeld] = held
-          const send = reply.send
-          reply.send = function (payload?: unknown) {
-            held.sent = true
-            reply.send = send
-            return send.call(this, payload)
-          }
-          return held.run(
-            () => original.call(this, request, reply),
-            (value) => {
-              if (value !== undefined && value !== reply) reply.send(value)
-            },
-          )
-        },
-      })
+      const held = new HeldResponse(() => snapshotHeaders(writer, reply))
+      let verdict: Verdict | undefined
+      try {
+        verdict = await core.handle(route, {
+          method: request.method,
+          route: template,
+          path: decodePath(targetPath(request.url)),
+          header: (name) => request.headers[name],
+          body: request.body,
+          query: () => request.query as Record<string, unknown>,
+          tenant: () => tenant(request),
+          log: request.log,
+          held,
+          run: (ctx) => {
+            ;(request as { idempotency: ExecutionContext | null }).idempotency = ctx
+            ;(request as Held)[kHeld] = held
+            const send = reply.send
+            reply.send = function (payload?: unknown) {
+              held.sent = true
+              reply.send = send
+              return send.call(this, payload)
+            }
+            return held.run(
+              () => original.call(this, request, reply),
+              (value) => {
+                if (value !== undefined && value !== reply) reply.send(value)
+              },
+            )
+          },
+        })
+      } catch (error) {
+        // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
+        if (held.headersBefore) resetHandlerHeaders(writer, reply, held.headersBefore)
+        throw error
+      }
       if (verdict === undefined) return reply
       if (verdict === PASS) return original.call(this, request, reply)
-      return sendAnswer(reply, verdict)
+      return sendAnswer(reply, verdict, held)
     }
   })
 }

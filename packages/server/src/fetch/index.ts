@@ -14,10 +14,12 @@ import { type ChunkSource, refuse } from '../http/refusal.js'
 import {
   type BodyResult,
   DEFAULT_MAX_BODY_BYTES,
+  decodePath,
   type HeaderReader,
   headerProblem,
   isSafeMethod,
   parseBody,
+  parseBodyText,
   payloadTooLarge,
 } from '../http/request.js'
 
@@ -34,8 +36,11 @@ export type FetchIdempotencyOptions<Args extends unknown[] = []> = StandaloneAda
 /** Options of one idempotent handler: the route options, and the route template. */
 export interface FetchRouteOptions extends IdempotencyRouteOptions {
   /**
-   * The route template, part of the operation and the fingerprint, such as `/v1/orders/:id/refunds`.
-   * @default the request's path, such as `/v1/orders/42/refunds` (so each order is its own operation)
+   * The route template, part of the operation and the fingerprint, such as `/v1/orders/:id/refunds`. The request's
+   * decoded path (`/v1/orders/42/refunds`) counts toward the fingerprint either way, so the same key on another
+   * order is a 422.
+   * @default the request's path, percent-decoded as Hono's router matches it, such as `/v1/orders/42/refunds` (so
+   * each order is its own operation)
    * @example
    * { route: '/v1/orders/:id/refunds' }
    */
@@ -96,6 +101,32 @@ async function readBody(
     chunks.push(value)
   }
   return parseBody(Buffer.concat(chunks, size), header)
+}
+
+/** Hono's request (`c.req`), as far as the adapter reads it: the raw Request, and the body it cached once read. */
+interface HonoRequestLike {
+  raw: Request
+  bodyCache: { arrayBuffer?: Promise<ArrayBuffer>; blob?: Promise<Blob>; text?: Promise<string> }
+}
+
+/**
+ * The body Hono read before the handler (its `validator('json')`, `c.req.json()`, `c.req.arrayBuffer()`), from the
+ * cache on Hono's request, found through the context passed after the `Request`: the bytes when Hono kept them, else
+ * the text it decoded. `undefined` when nothing there holds it.
+ */
+async function cachedBody(
+  request: Request,
+  args: readonly unknown[],
+): Promise<{ bytes: Uint8Array } | { text: string } | undefined> {
+  for (const arg of args) {
+    const req = (arg as { req?: Partial<HonoRequestLike> } | null | undefined)?.req
+    if (req?.raw !== request || typeof req.bodyCache !== 'object' || req.bodyCache === null) continue
+    const cache = req.bodyCache
+    if (cache.arrayBuffer) return { bytes: new Uint8Array(await cache.arrayBuffer) }
+    if (cache.blob) return { bytes: new Uint8Array(await (await cache.blob).arrayBuffer()) }
+    if (cache.text) return { text: await cache.text }
+  }
+  return undefined
 }
 
 function queryOf(url: URL): Record<string, unknown> {
@@ -176,14 +207,22 @@ export function idempotency<Args extends unknown[] = []>(
         const reader = request.body !== null && !request.bodyUsed ? request.body.getReader() : undefined
         return refusalResponse(early, reader && (() => reader.read()))
       }
+      let read: BodyResult | TooLarge
       if (request.bodyUsed) {
-        log.error(
-          {},
-          `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it in middleware; the handler gets it parsed as \`body\`.`,
-        )
-        return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+        const cached = await cachedBody(request, args)
+        if (cached === undefined) {
+          log.error(
+            {},
+            `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it off the Request in middleware; the handler gets it parsed as \`body\`. On Hono, read it through c.req (validator('json'), c.req.json(), c.req.arrayBuffer()), which caches it, and pass the context on: \`(c) => handler(c.req.raw, c)\`.`,
+          )
+          return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
+        }
+        const size = 'bytes' in cached ? cached.bytes.byteLength : Buffer.byteLength(cached.text)
+        if (size > limit) return toResponse(problemAnswer(payloadTooLarge()))
+        read = 'bytes' in cached ? parseBody(cached.bytes, header) : parseBodyText(cached.text, header)
+      } else {
+        read = await readBody(request.body?.getReader(), limit, header)
       }
-      const read = await readBody(request.body?.getReader(), limit, header)
       if (!read.ok) {
         return 'tooLarge' in read
           ? refusalResponse(payloadTooLarge(), read.rest)
@@ -196,11 +235,14 @@ export function idempotency<Args extends unknown[] = []>(
         return url
       }
 
+      // As Hono's router matches it, so that every spelling of one path is one operation and one fingerprint.
+      const path = decodePath(urlOf().pathname)
       let own: Response | undefined
       let ownBody: Uint8Array<ArrayBuffer> | undefined
       const verdict = await core.handle(route, {
         method,
-        route: routeOptions?.route ?? urlOf().pathname,
+        route: routeOptions?.route ?? path,
+        path,
         header,
         body,
         query: () => queryOf(urlOf()),

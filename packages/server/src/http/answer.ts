@@ -6,9 +6,7 @@ import {
   problem,
   RETRY_AFTER_HEADER,
 } from '@oncely/protocol'
-import { DEFAULT_REPLAY_HEADERS } from '../engine/response.js'
 import type { Outcome, StoredResponse } from '../engine/types.js'
-import { isResponseTooLargeError } from '../errors.js'
 
 /** A response that replaces whatever the handler did: a replay, or a problem. */
 export interface Replacement {
@@ -30,8 +28,11 @@ const OWN: Answer = { own: true }
 const REPLAYED = IDEMPOTENT_REPLAYED_HEADER.toLowerCase()
 const RETRY_AFTER = RETRY_AFTER_HEADER.toLowerCase()
 
-/** Headers a handler may have set that must not leak into a different answer (a replay or a problem). */
-const RESET_HEADERS = [...DEFAULT_REPLAY_HEADERS, 'content-length', RETRY_AFTER]
+/**
+ * Headers that describe the response they were set for, whoever set them: a replacement sets its own or has none.
+ * Every other header set before the handler ran (a request id, CORS headers) stays on a replacement.
+ */
+const STALE_HEADERS = ['content-length', 'content-type', RETRY_AFTER]
 
 /** A problem+json answer (whatever `Accept` says), with `Retry-After` when given. */
 export function problemAnswer(details: ProblemDetails, retryAfterMs?: number): ReplacingAnswer {
@@ -60,7 +61,8 @@ function stored(response: StoredResponse, replayed: boolean): ReplacingAnswer {
 export function answerFor(outcome: Outcome, responded: boolean): Answer {
   switch (outcome.kind) {
     case 'executed':
-      return responded ? OWN : stored(outcome.response, false)
+      // A response too large to store was replaced by the stored problem: the client gets what a retry replays.
+      return responded && !outcome.tooLarge ? OWN : stored(outcome.response, false)
     case 'replayed':
       return stored(outcome.response, true)
     case 'in_progress':
@@ -77,14 +79,25 @@ export function answerFor(outcome: Outcome, responded: boolean): Answer {
         problem('store_unavailable', 'The idempotency store is unavailable; retry later.'),
         outcome.retryAfterMs,
       )
+    case 'lease_expired':
+      return problemAnswer(
+        problem(
+          'lease_expired',
+          'This attempt lost its hold on the key before it finished; nothing it did was committed. Retry with the same key.',
+        ),
+        outcome.retryAfterMs,
+      )
     case 'retryable_failure':
-      if (outcome.reason === 'response_too_large' && isResponseTooLargeError(outcome.error)) {
-        return problemAnswer(problem('response_too_large', outcome.error.message))
-      }
       if (outcome.response) return responded ? OWN : stored(outcome.response, false)
       throw outcome.error
   }
 }
+
+/** A header's value on a Node response object. */
+export type HeaderValue = string | number | readonly string[]
+
+/** A response object's headers at one moment (lower-case names), to give them back later. */
+export type HeaderSnapshot = Readonly<Record<string, HeaderValue>>
 
 /**
  * How an adapter writes to its framework's response object, as plain functions of it (one object per adapter, so
@@ -92,22 +105,64 @@ export function answerFor(outcome: Outcome, responded: boolean): Answer {
  */
 export interface ResponseWriter<Response> {
   status(response: Response, code: number): void
-  setHeader(response: Response, name: string, value: string): void
+  setHeader(response: Response, name: string, value: HeaderValue): void
   removeHeader(response: Response, name: string): void
+  /** Every header set so far, lower-case names. */
+  headers(response: Response): Record<string, HeaderValue | undefined>
 }
 
-/** Removes the headers a handler set that describe its response (before an error page replaces that response). */
-export function resetHandlerHeaders<R>(writer: ResponseWriter<R>, response: R): void {
-  for (const name of RESET_HEADERS) writer.removeHeader(response, name)
+/** The response's headers now: taken just before the handler runs, so that what it sets can be taken back. */
+export function snapshotHeaders<R>(writer: ResponseWriter<R>, response: R): HeaderSnapshot {
+  const snapshot: Record<string, HeaderValue> = {}
+  for (const [name, value] of Object.entries(writer.headers(response))) {
+    if (value !== undefined) snapshot[name] = Array.isArray(value) ? [...value] : value
+  }
+  return snapshot
+}
+
+const sameValue = (a: HeaderValue | undefined, b: HeaderValue): boolean =>
+  Array.isArray(a) && Array.isArray(b)
+    ? a.length === b.length && a.every((value, i) => value === b[i])
+    : a === b
+
+/**
+ * Takes back what the handler did to the response's headers before an answer replaces its response (a replay, a
+ * problem, or an error page after it threw): every header it set goes, every header it changed gets its earlier
+ * value back, so the answer carries nothing of an attempt that never committed (its `Set-Cookie` least of all).
+ * `before` is the snapshot taken when the handler started, `undefined` when it never ran. Headers set before that
+ * stay, but for those that describe a response (`Content-Length`, `Content-Type`, `Retry-After`).
+ */
+export function resetHandlerHeaders<R>(
+  writer: ResponseWriter<R>,
+  response: R,
+  before: HeaderSnapshot | undefined,
+): void {
+  if (before) {
+    const now = writer.headers(response)
+    for (const name of Object.keys(now)) {
+      if (!(name in before)) writer.removeHeader(response, name)
+    }
+    for (const [name, value] of Object.entries(before)) {
+      if (sameValue(now[name], value)) continue
+      writer.removeHeader(response, name)
+      writer.setHeader(response, name, value)
+    }
+  }
+  for (const name of STALE_HEADERS) writer.removeHeader(response, name)
 }
 
 /**
- * Writes a replacement's status and headers to a response the handler may already have touched, clearing what
- * the handler set that would contradict it (headers set by earlier hooks, such as a request id, stay), and
+ * Writes a replacement's status and headers to a response the handler may already have touched, taking back what
+ * the handler set (see {@link resetHandlerHeaders}; headers set by earlier hooks, such as a request id, stay), and
  * returns the body to send.
  */
-export function writeReplacement<R>(writer: ResponseWriter<R>, response: R, answer: Replacement): Buffer {
-  resetHandlerHeaders(writer, response)
+export function writeReplacement<R>(
+  writer: ResponseWriter<R>,
+  response: R,
+  answer: Replacement,
+  before: HeaderSnapshot | undefined,
+): Buffer {
+  resetHandlerHeaders(writer, response, before)
   writer.status(response, answer.status)
   for (const name in answer.headers) writer.setHeader(response, name, answer.headers[name]!)
   if (answer.replayed) writer.setHeader(response, REPLAYED, 'true')

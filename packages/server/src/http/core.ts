@@ -1,7 +1,8 @@
 import { parseIdempotencyKey, problem } from '@oncely/protocol'
+import { recordIdProblem } from '../engine/options.js'
 import type { Engine, ExecuteInput, ExecutionContext, HandlerResponse, Outcome } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
-import { type Answer, answerFor, misconfiguredAnswer, problemAnswer } from './answer.js'
+import { type Answer, answerFor, type HeaderSnapshot, misconfiguredAnswer, problemAnswer } from './answer.js'
 import type { AdapterLogger, ResolvedRoute } from './options.js'
 import { fingerprintOf, type HeaderReader, storedRequestHeaders } from './request.js'
 
@@ -11,6 +12,11 @@ export interface Exchange {
   method: string
   /** The route template, such as `/v1/orders/:id`. */
   route: string
+  /**
+   * The request's path, decoded as the router matched it (see `decodePath`), with its parameter values, such as
+   * `/v1/orders/42`: part of the fingerprint, so the same key on another resource is a mismatch.
+   */
+  path: string
   header: HeaderReader
   /** The strictly parsed JSON body, `undefined` without one. */
   body: unknown
@@ -49,6 +55,21 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
   // True from the first `unavailable` outcome until a request gets through again: one error log per outage, with
   // its cause, instead of one per request (or none, which is how a missing migration used to look).
   let outage = false
+  // Mistakes in the server's setup are logged once each (they hold for every request until a deploy fixes them).
+  const reported = new Set<string>()
+  const misconfigured = (
+    log: AdapterLogger,
+    what: string,
+    fields: Record<string, unknown>,
+    message: string,
+    detail = 'The server could not tell whose request this is.',
+  ): Answer => {
+    if (!reported.has(what)) {
+      reported.add(what)
+      log.error(fields, message)
+    }
+    return misconfiguredAnswer(detail)
+  }
 
   function reportUnavailable(error: unknown, log: AdapterLogger): void {
     if (outage) return
@@ -92,19 +113,30 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     const key = parsed.key
     const scope = await exchange.tenant()
     if (typeof scope !== 'string' || scope === '') {
-      exchange.log.error(
+      return misconfigured(
+        exchange.log,
+        'tenant',
         { tenant: scope === '' ? '' : typeof scope },
         `oncely: the \`tenant\` function of ${adapter} returned ${scope === '' ? 'an empty string' : String(scope)} instead of the tenant id; return a non-empty string (the tenant or user id from authentication), and reject unauthenticated requests before this route.`,
       )
-      return misconfiguredAnswer('The server could not tell whose request this is.')
     }
     const operation = route.operation ?? `${exchange.method} ${exchange.route}`
+    const tooLong = recordIdProblem({ scope, operation, key })
+    if (tooLong) {
+      return misconfigured(
+        exchange.log,
+        'length',
+        { operation },
+        `oncely: ${adapter} cannot key this request: ${tooLong} Return a shorter tenant id from \`tenant\` (an id, not a name or a token), or set a shorter \`operation\` on the route.`,
+        'The server could not key this request.',
+      )
+    }
     let responded = false
     const input: ExecuteInput = {
       scope,
       operation,
       key,
-      fingerprint: fingerprintOf(route, exchange.method, exchange.route, exchange.body, exchange.query),
+      fingerprint: fingerprintOf(route, exchange, exchange.query),
       handler: async (ctx) => {
         const response = await exchange.run(ctx)
         responded = true
@@ -127,6 +159,23 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     )
     if (outcome.kind === 'unavailable') reportUnavailable(outcome.error, exchange.log)
     else outage = false
+    if (outcome.kind === 'lease_expired') {
+      exchange.log.error(
+        { idempotencyKey: key, scope, operation, attempt: outcome.attempt, leaseMs: outcome.leaseMs },
+        `oncely: attempt ${outcome.attempt} of a ${operation} request lost its key before it finished, so nothing it wrote was committed and the client was told to retry: the process stalled (paused, its event loop blocked or starved of CPU) for longer than leaseMs (${outcome.leaseMs} ms), since a live handler renews its lease while it runs. Raise leaseMs above the longest stall to tolerate.`,
+      )
+    } else if (outcome.kind === 'executed' && outcome.tooLarge) {
+      exchange.log.error(
+        {
+          idempotencyKey: key,
+          scope,
+          operation,
+          size: outcome.tooLarge.size,
+          maxResponseBytes: outcome.tooLarge.limit,
+        },
+        `oncely: a ${operation} response of ${outcome.tooLarge.size} bytes exceeds maxResponseBytes (${outcome.tooLarge.limit}), so its writes were rolled back and the key answers response_too_large until it expires. Raise maxResponseBytes (createEngine), then engine.forget() the key to let its client retry.`,
+      )
+    }
     return answerFor(outcome, responded)
   }
 
@@ -170,6 +219,14 @@ export class HeldResponse {
   /** Created when the handler runs (a replay, a 409 or a 422 never needs them). */
   captured!: Deferred<HandlerResponse>
   decision!: Deferred<Answer>
+  /**
+   * The response's headers when the handler started (`undefined` until it runs): what an answer that replaces the
+   * handler's response gives back, so none of the handler's own headers go out with it.
+   */
+  headersBefore: HeaderSnapshot | undefined
+
+  /** @param snapshot takes the response's headers as they are now (see `snapshotHeaders`). */
+  constructor(private readonly snapshot: () => HeaderSnapshot) {}
 
   /**
    * Runs the handler and resolves with its response once it sent one. A handler may resolve before it sends (a
@@ -179,6 +236,7 @@ export class HeldResponse {
   async run(invoke: () => unknown, returned?: (value: unknown) => void): Promise<HandlerResponse> {
     this.captured = deferred()
     this.decision = deferred()
+    this.headersBefore = this.snapshot()
     this.capturing = true
     const done = Promise.resolve(invoke()).then((value) => ({ value }))
     done.catch(() => {})

@@ -78,6 +78,14 @@ export function parseBody(bytes: Uint8Array, header: HeaderReader): BodyResult {
       problem: problem('invalid_json', 'The body is not valid UTF-8; JSON text must be UTF-8.'),
     }
   }
+  return parseBodyText(text, header)
+}
+
+/**
+ * {@link parseBody} for a body a framework already read and decoded to text (Hono's cached body): the same strict
+ * checks, but for the UTF-8 one, which the decoding made for it (leniently, as the framework's own readers see it).
+ */
+export function parseBodyText(text: string, header: HeaderReader): BodyResult {
   if (text.length === 0) {
     if (mediaType(header) !== 'application/json') return { ok: true, body: undefined }
     return { ok: false, problem: problem('invalid_json', 'The body is empty; send a JSON value.') }
@@ -104,17 +112,65 @@ function fingerprintBody(body: unknown, route: ResolvedRoute): unknown {
 }
 
 /**
- * The protocol's request fingerprint (method, route template, canonical JSON of the body and, when the route opts
- * in, of the query), hashed with node:crypto rather than the protocol's portable SHA-256.
+ * The path of a request target as a Node server receives it (`req.url`): without the query or fragment, and
+ * without the scheme and authority of an absolute-form target (`POST http://host/v1/x HTTP/1.1`), which routers
+ * match like its path.
+ */
+export function targetPath(target: string): string {
+  let path = target
+  if (!path.startsWith('/')) {
+    const scheme = path.indexOf('://')
+    if (scheme !== -1) {
+      const rest = path.slice(scheme + 3)
+      const at = rest.search(/[/?#]/)
+      path = at === -1 || rest[at] !== '/' ? '/' : rest.slice(at)
+    }
+  }
+  const end = path.search(/[?#]/)
+  return end === -1 ? path : path.slice(0, end)
+}
+
+const ESCAPE_RUN = /(?:%[0-9A-Fa-f]{2})+/g
+const ESCAPE = /%[0-9a-f]{2}/gi
+
+/**
+ * Percent-decodes a path the way the routers match it (find-my-way under Fastify, Hono's `getPath`): `decodeURI`,
+ * which decodes every escape but those of reserved characters (`%2F` stays, so a decoded slash never reads as a
+ * segment boundary), keeping `%25` encoded (so `%2541` never becomes `%41`, then `A`) and leaving an escape that is
+ * not UTF-8 as it was. The hex digits of the escapes left are upper-cased (RFC 3986's case normalisation), so
+ * `%2f` and `%2F` are one path, as they are one parameter value.
+ *
+ * @example
+ * decodePath('/v1/%6Frders/a%2fb') // '/v1/orders/a%2Fb'
+ */
+export function decodePath(path: string): string {
+  if (!path.includes('%')) return path
+  const decoded = path.replace(ESCAPE_RUN, (run) => {
+    try {
+      return decodeURI(run.replace(/%25/g, '%2525'))
+    } catch {
+      return run
+    }
+  })
+  return decoded.replace(ESCAPE, (hex) => hex.toUpperCase())
+}
+
+/**
+ * The protocol's request fingerprint (method, route template, the decoded path with its parameter values, canonical
+ * JSON of the body and, when the route opts in, of the query), hashed with node:crypto rather than the protocol's
+ * portable SHA-256.
  */
 export function fingerprintOf(
   route: ResolvedRoute,
-  method: string,
-  template: string,
-  body: unknown,
+  request: { method: string; route: string; path: string; body: unknown },
   query: () => Record<string, unknown> | undefined,
 ): string {
-  const input: FingerprintInput = { method, route: template, body: fingerprintBody(body, route) }
+  const input: FingerprintInput = {
+    method: request.method,
+    route: request.route,
+    path: request.path,
+    body: fingerprintBody(request.body, route),
+  }
   if (route.query) input.query = query() ?? {}
   return createHash('sha256').update(fingerprintMaterial(input)).digest('hex')
 }

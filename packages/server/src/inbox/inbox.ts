@@ -294,6 +294,8 @@ export function toResult<T>(outcome: Outcome, failureRetryAfterMs: number): Cons
       return { kind: 'mismatch' }
     case 'unavailable':
       return { kind: 'unavailable', error: outcome.error, retryAfterMs: outcome.retryAfterMs }
+    case 'lease_expired':
+      return { kind: 'failed', error: 'lease_expired', retryAfterMs: outcome.retryAfterMs }
     case 'retryable_failure':
       return { kind: 'failed', error: outcome.error ?? outcome.reason, retryAfterMs: failureRetryAfterMs }
   }

@@ -46,6 +46,7 @@ export type OutcomeName =
   | 'mismatch'
   | 'in_progress'
   | 'fenced_out'
+  | 'lease_expired'
   | 'unavailable'
   | 'failed_retryable'
   | 'failed_permanent'
@@ -58,7 +59,9 @@ export function outcomeName(outcome: Outcome): OutcomeName {
     case 'replayed':
       return outcome.fencedOut ? 'fenced_out' : 'replayed'
     case 'in_progress':
-      return outcome.fencedOut ? 'fenced_out' : 'in_progress'
+      return 'in_progress'
+    case 'lease_expired':
+      return 'lease_expired'
     case 'mismatch':
       return 'mismatch'
     case 'unavailable':
@@ -81,6 +84,7 @@ function inboxResult(outcome: Outcome): string {
       return 'mismatch'
     case 'unavailable':
       return 'unavailable'
+    case 'lease_expired':
     case 'retryable_failure':
       return 'failed'
   }
@@ -270,6 +274,14 @@ function endAttributes(span: Span, outcome: Outcome, name: OutcomeName, delivery
     case 'unavailable':
       span.setStatus({ code: SpanStatusCode.ERROR, message: messageOf(outcome.error) })
       span.setAttribute('error.type', errorType(outcome.error))
+      break
+    case 'lease_expired':
+      span.setAttribute(ATTR_ATTEMPT, outcome.attempt)
+      span.setStatus({
+        code: SpanStatusCode.ERROR,
+        message: `the attempt lost its lease (${outcome.leaseMs} ms)`,
+      })
+      span.setAttribute('error.type', 'lease_expired')
       break
     case 'retryable_failure':
       if (outcome.response) span.setAttribute('oncely.response.status_code', outcome.response.status)

@@ -210,7 +210,7 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
         if (ttlMs - state.pttl >= STALE_LEASE_AGE_MS) return engine.execute({ ...input, wait: undefined })
       } else if (recorded.kind !== 'in_progress' && recorded.kind !== 'unavailable') return recorded
       if (input.wait) return engine.execute({ ...input, wait: undefined })
-      return { kind: 'in_progress', retryAfterMs: state.pttl, fencedOut: false }
+      return { kind: 'in_progress', retryAfterMs: state.pttl }
     }
   }
 

@@ -1,6 +1,7 @@
 import type pg from 'pg'
 import { defaultClassify } from '../engine/classify.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { STORE_POOL } from '../hooks.js'
 
 /** What a step receives. */
 export interface StepContext<S> {
@@ -163,6 +164,11 @@ export function buildSteps<S extends object>(
   const list = options.steps
 
   return async (ctx) => {
+    if ((ctx as { [STORE_POOL]?: unknown })[STORE_POOL] === pool) {
+      throw new TypeError(
+        "Expected `pool` of steps() not to be the engine's own pool: each execution holds one of its connections until it answers, and each step would wait for another, so a burst of pool-size executions would wait for each other forever. Give the steps a pool of their own: steps({ pool: new pg.Pool(...) }).",
+      )
+    }
     const restored = parseRecoveryPoint<S>(ctx.recoveryPoint)
     let state = (restored?.state ?? options.initialState ?? {}) as S
     let next = 0

@@ -21,62 +21,88 @@ import {
 } from './queries.js'
 
 /**
- * The advisory lock and the key's row in one statement. The lock is a 64-bit hash of the table, scope, operation
- * and key (length-prefixed, so no two triples share a text), transaction-scoped, so it ends with the business
- * transaction whatever happens to the process. A collision of two in-flight keys only answers one of them 409.
+ * The advisory lock. It is a 64-bit hash of the table, scope, operation and key (length-prefixed, so no two triples
+ * share a text), transaction-scoped, so it ends with the business transaction whatever happens to the process. A
+ * collision of two in-flight keys only answers one of them 409.
  *
  * The same statement arms the lease guard ({@link leaseGuard}, the lease in milliseconds as `$4`): the
  * transaction, and so the lock, cannot outlive a holder that stopped while alive by more than the lease.
  *
- * The row is read with the statement's snapshot, taken just before the lock is granted. So a holder that commits
- * and lets go of the lock in between can be missed: this attempt then runs, and its finishing upsert, fenced on
- * "no row", fails and rolls back, and the attempt answers with the holder's response. Correct, and cheaper on every
- * request than a second statement whose snapshot would follow the lock.
+ * The key's row is read by the next statement ({@link lockedLookupText}), never by this one: a statement reads with
+ * the snapshot taken when it started, before its lock was granted, so it can miss the record of a holder that
+ * committed (and so let go of the lock) in between, and run the handler a second time. The next statement's snapshot
+ * is taken after the lock was granted: it sees every commit of whoever held the lock before.
  */
-function lockAndLookupText(names: TableNames): string {
-  return `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, e.*
-FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`
+function lockText(names: TableNames, args: readonly string[] = ['$1', '$2', '$3', '$4']): string {
+  const [scope, operation, key, leaseMs] = args as [string, string, string, string]
+  return `SELECT pg_try_advisory_xact_lock(${lockKey(names, scope, operation, key)}) AS locked, ${leaseGuard(leaseMs)} AS lease_guard`
 }
 
+/** The key's row, read once the lock statement settled (see {@link lockText}). */
+const lockedLookupText = (names: TableNames) => lockedRow(names)
+
 /** The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3). */
-const lockKey = (names: TableNames) =>
-  `hashtextextended(${literal(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
+const lockKey = (names: TableNames, scope = '$1', operation = '$2', key = '$3') =>
+  `hashtextextended(${literal(`${names.qualified}|`)} || length(${scope}) || ':' || ${scope} || '|' || length(${operation}) || ':' || ${operation} || '|' || ${key}, 0)`
 
 const lockedRow = (names: TableNames) =>
   `SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
   FROM ${names.qualified} WHERE ${PK}`
 
 /**
- * Whether another attempt holds the key's lock, and the key's row, without taking the lock: a probe that took it,
- * even for one statement, could make a real attempt fail to get it and answer 409 for nothing. Postgres lists a
- * bigint advisory lock in pg_locks as its high and low 32 bits (`classid`, `objid`) with `objsubid` 1.
- *
- * The database's oid comes from this session's own activity row rather than from pg_database: on Citus, the
- * statement then reads no table but the key table, so it runs whole on the node holding the key's shard, where the
- * lock is (with pg_database it would read pg_locks on the coordinator, where the lock never is).
+ * The key's advisory lock as pg_locks lists it, granted to someone: Postgres shows a bigint advisory lock as its
+ * high and low 32 bits (`classid`, `objid`) with `objsubid` 1. The database's oid comes from this session's own
+ * activity row rather than from pg_database: on Citus a statement that reads a catalog table is planned apart from
+ * the key's shard, and would read pg_locks on the coordinator, where the lock is not.
+ */
+const heldLock = (names: TableNames) => `pg_locks l, (SELECT ${lockKey(names)} AS h) AS k
+  WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+    AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))
+    AND l.classid = ((k.h >> 32) & 4294967295)::oid AND l.objid = (k.h & 4294967295)::oid`
+
+/**
+ * How long the holder of the key's lock has been in its transaction, from pg_stat_activity (null when nobody holds
+ * it, or when this role may not see the holder's session): what a duplicate's `Retry-After` is estimated from.
+ */
+const holderMs = (
+  names: TableNames,
+) => `(SELECT (extract(epoch FROM (clock_timestamp() - min(a.xact_start))) * 1000)::float8
+  FROM pg_stat_activity a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
+
+/**
+ * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
+ * probe that took it, even for one statement, could make a real attempt fail to get it and answer 409 for nothing.
  */
 export function inspectQuery(names: TableNames, id: RecordId): Query {
   return {
     ...statement(
       names,
       'inspect_lock',
-      () => `SELECT EXISTS (
-  SELECT 1 FROM pg_locks, (SELECT ${lockKey(names)} AS h) AS k
-  WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-    AND database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))
-    AND classid = ((k.h >> 32) & 4294967295)::oid AND objid = (k.h & 4294967295)::oid
-) AS held, e.*
+      () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*
 FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
     ),
     values: [id.scope, id.operation, id.key],
   }
 }
 
-/** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
-export type InspectedLock = { held: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })
+/** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
+export function holderQuery(names: TableNames, id: RecordId): Query {
+  return {
+    ...statement(names, 'lock_holder', () => `SELECT ${holderMs(names)}`),
+    values: [id.scope, id.operation, id.key],
+  }
+}
 
-/** The lock-mode lookup's answer: whether the lock was granted, and the row (all null when there is none). */
-export type LockedLookup = { locked: boolean } & (LockedLookupRow | { [K in keyof LockedLookupRow]: null })
+/** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
+export type InspectedLock = { held: boolean; holder_ms: number | null } & (
+  | LockedLookupRow
+  | { [K in keyof LockedLookupRow]: null }
+)
+
+/** The lock statement's answer: whether the lock was granted. */
+export interface Locked {
+  locked: boolean
+}
 
 /** The row as the lock-mode lookup returns it; `version` identifies the row version for the finishing fence. */
 export interface LockedLookupRow extends LookupRow {
@@ -86,22 +112,39 @@ export interface LockedLookupRow extends LookupRow {
   version: string
 }
 
-/** `BEGIN; EXECUTE lock_and_lookup(...)`: one round trip; the statement's row is the second result. */
+/**
+ * `BEGIN; EXECUTE lock(...); EXECUTE locked_lookup(...)`: one round trip; the lock's answer is the second result and
+ * the key's row (if any) the third.
+ */
 export function beginLockAndLookup(
   names: TableNames,
   id: RecordId,
   leaseMs: number,
-): { statement: SqlStatement; text: string } {
+): { statements: SqlStatement[]; text: string } {
   if (!Number.isSafeInteger(leaseMs)) throw new TypeError('Expected `leaseMs` to be an integer.')
-  const statement = sqlStatement(names, 'lock', '(text, text, text, text)', () => lockAndLookupText(names))
-  const args = [id.scope, id.operation, id.key, String(leaseMs)].map(literal).join(', ')
-  return { statement, text: `BEGIN; EXECUTE ${statement.name}(${args})` }
+  const lock = sqlStatement(names, 'lock', '(text, text, text, text)', () => lockText(names))
+  const lookup = sqlStatement(names, 'locked_lookup', '(text, text, text)', () => lockedLookupText(names))
+  const key = [id.scope, id.operation, id.key].map(literal).join(', ')
+  return {
+    statements: [lock, lookup],
+    text: `BEGIN; EXECUTE ${lock.name}(${key}, ${literal(String(leaseMs))}); EXECUTE ${lookup.name}(${key})`,
+  }
 }
 
-/** The same statement with parameters, for `preparedStatements: false` (sent after a plain BEGIN). */
-export function lockAndLookupQuery(names: TableNames, id: RecordId, leaseMs: number): Query {
-  const { text } = statement(names, 'lock', () => lockAndLookupText(names))
-  return { text, values: [id.scope, id.operation, id.key, String(leaseMs)] }
+/**
+ * `BEGIN` and the lock statement as one simple-protocol message, its arguments as literals, for
+ * `preparedStatements: false` (nothing prepared, so nothing a transaction-mode pooler could lose); the lock's answer
+ * is the second result. One round trip, like the BEGIN it replaces.
+ */
+export function beginLock(names: TableNames, id: RecordId, leaseMs: number): string {
+  if (!Number.isSafeInteger(leaseMs)) throw new TypeError('Expected `leaseMs` to be an integer.')
+  return `BEGIN; ${lockText(names, [id.scope, id.operation, id.key, String(leaseMs)].map(literal))}`
+}
+
+/** The row lookup with parameters, sent after {@link lockQuery} settled. */
+export function lockedLookupQuery(names: TableNames, id: RecordId): Query {
+  const { text } = statement(names, 'locked_lookup', () => lockedLookupText(names))
+  return { text, values: [id.scope, id.operation, id.key] }
 }
 
 /** What the finishing upsert stores. */

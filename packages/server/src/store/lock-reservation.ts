@@ -16,6 +16,7 @@ import {
   type ReserveRequest,
   recordState,
 } from './reservation.js'
+import { sideLane } from './side-lane.js'
 
 export interface LockClaim extends Claim {
   /** The row version the attempt saw after taking the lock (null: there was no row); the finish is fenced on it. */
@@ -23,9 +24,6 @@ export interface LockClaim extends Claim {
   /** Created by the first recovery point: the row it writes carries it, and the finish accepts that row. */
   token: string | undefined
 }
-
-/** Retry-After for a duplicate that found the lock held: the holder's progress is not recorded anywhere. */
-const LOCK_HELD_RETRY_AFTER_MS = 1_000
 
 /** A uuid no row carries: the finish's token when the attempt saved no recovery point. */
 const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
@@ -36,27 +34,31 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
   // The lease guard is a fence too: the unfenced engine goes without it.
   const guardMs = (request: ReserveRequest) => (fenced ? request.leaseMs : 0)
 
-  /** BEGINs on `client`, takes the key's advisory lock, arms the lease guard and reads the row. */
+  /**
+   * BEGINs on `client`, takes the key's advisory lock, arms the lease guard, then reads the row (in a statement of
+   * its own, so its snapshot follows the lock: see lockText in lock-queries.ts).
+   */
   async function lockAndLookup(
     client: pg.PoolClient,
     request: ReserveRequest,
   ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined }> {
-    let answer: lq.LockedLookup | undefined
+    let locked: boolean
+    let row: lq.LockedLookupRow | undefined
     if (!preparesStatements(store)) {
-      await client.query('BEGIN')
-      answer = (
-        await client.query<lq.LockedLookup>(lq.lockAndLookupQuery(names, request.id, guardMs(request)))
-      ).rows[0]
+      const results = (await client.query(
+        lq.beginLock(names, request.id, guardMs(request)),
+      )) as unknown as pg.QueryResult[]
+      locked = (results[1]?.rows[0] as lq.Locked | undefined)?.locked === true
+      row = (await client.query<lq.LockedLookupRow>(lq.lockedLookupQuery(names, request.id))).rows[0]
     } else {
-      const { statement, text } = lq.beginLockAndLookup(names, request.id, guardMs(request))
-      await prepare(client, statement)
-      const results = (await client.query(text)) as unknown as pg.QueryResult<lq.LockedLookup>[]
-      answer = results[1]?.rows[0]
+      const { statements, text } = lq.beginLockAndLookup(names, request.id, guardMs(request))
+      for (const statement of statements) await prepare(client, statement)
+      // One result per statement of the message: BEGIN, the lock, the lookup.
+      const results = (await client.query(text)) as unknown as pg.QueryResult[]
+      locked = (results[1]?.rows[0] as lq.Locked | undefined)?.locked === true
+      row = results[2]?.rows[0] as lq.LockedLookupRow | undefined
     }
-    return {
-      locked: answer?.locked === true,
-      row: answer?.status == null ? undefined : (answer as lq.LockedLookupRow),
-    }
+    return { locked, row }
   }
 
   /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
@@ -87,14 +89,28 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
     token: claim.token ?? NO_TOKEN,
   })
 
-  /** What the row says, for an attempt that may not take the key. */
-  function answer(locked: boolean, row: lq.LockedLookupRow | undefined, fingerprint: string): Inspection {
+  /**
+   * What the row says, for an attempt that may not take the key. A row in progress under a live lease was written by
+   * the holder's recovery point: it says how long the holder has run since, and its lease. A lock held without such
+   * a row says nothing but the holder's start, asked of pg_stat_activity (`holderMs`, when it was asked).
+   */
+  function answer(
+    locked: boolean,
+    row: lq.LockedLookupRow | undefined,
+    fingerprint: string,
+    holderMs: () => Promise<number | null>,
+  ): Inspection | Promise<Inspection> {
     const state = recordState(row, fingerprint)
     if (state === 'finished') return { kind: 'finished', row: row as lq.LockedLookupRow }
     if (state === 'mismatch') return { kind: 'mismatch' }
     if (state === 'busy')
-      return { kind: 'busy', retryAfterMs: row?.lease_remaining_ms ?? LOCK_HELD_RETRY_AFTER_MS }
-    return locked ? { kind: 'free' } : { kind: 'busy', retryAfterMs: LOCK_HELD_RETRY_AFTER_MS }
+      return {
+        kind: 'busy',
+        heldForMs: row?.held_ms ?? null,
+        leaseRemainingMs: row?.lease_remaining_ms ?? null,
+      }
+    if (locked) return { kind: 'free' }
+    return holderMs().then((heldForMs) => ({ kind: 'busy', heldForMs, leaseRemainingMs: null }))
   }
 
   return {
@@ -108,7 +124,18 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
         throw error
       }
       const { locked, row } = found
-      const state = answer(locked, row, request.fingerprint)
+      let state: Inspection
+      try {
+        state = await answer(locked, row, request.fingerprint, async () => {
+          const asked = await client.query<{ holder_ms: number | null }>(
+            send(lq.holderQuery(names, request.id)),
+          )
+          return asked.rows[0]?.holder_ms ?? null
+        })
+      } catch (error) {
+        client.release(error as Error)
+        throw error
+      }
       if (state.kind === 'free') {
         // A row that is not expired is an earlier attempt's: released after a retryable failure, or abandoned.
         const earlier = row && !row.expired ? row : undefined
@@ -131,10 +158,10 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
       return state
     },
 
-    async inspect(request) {
-      const found = (await pool.query<lq.InspectedLock>(send(lq.inspectQuery(names, request.id)))).rows[0]
+    async inspect(request, on) {
+      const found = (await on.query<lq.InspectedLock>(send(lq.inspectQuery(names, request.id)))).rows[0]
       const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
-      return answer(found?.held !== true, row, request.fingerprint)
+      return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
     },
 
     async complete(claim, status, response) {
@@ -148,29 +175,39 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
     },
 
     async fail(claim, response) {
-      // The rollback ended the lock with the handler's writes: take it again to store the failure, fenced on the
-      // row version the attempt first saw, so a record another attempt wrote meanwhile stays.
-      const client = await pool.connect()
-      let locked: boolean
+      // The rollback ended the lock with the handler's writes: take it again, on the attempt's own client, to store
+      // the failure, fenced on the row version the attempt first saw, so a record another attempt wrote meanwhile
+      // stays. A fenced or refused finish leaves the transaction open: end it.
+      const { client } = claim
+      let stored = false
       try {
-        ;({ locked } = await lockAndLookup(client, claim.request))
-        if (locked) await finishOn(client, claim, finishRecord(claim, 'failed_permanent', response))
-      } catch (error) {
-        if (!q.isFenceError(error)) {
-          client.release(error as Error)
-          throw error
+        const { locked } = await lockAndLookup(client, claim.request)
+        if (locked) {
+          await finishOn(client, claim, finishRecord(claim, 'failed_permanent', response))
+          stored = true
         }
-        locked = false
+      } catch (error) {
+        if (!q.isFenceError(error)) throw error
       }
-      if (locked) client.release()
-      else await endTransaction(client)
-      return locked
+      if (!stored) await client.query('ROLLBACK')
+      return stored
     },
 
-    async release(claim) {
+    async release(claim, on) {
       // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
       // the token) so the next attempt need not wait out its lease.
-      if (claim.token !== undefined) await pool.query(send(q.release(names, claim.request.id, claim.token)))
+      if (claim.token !== undefined) await on.query(send(q.release(names, claim.request.id, claim.token)))
+    },
+
+    async renew(claim) {
+      // Until its first recovery point the attempt holds the key by its lock alone, which lives as long as its
+      // transaction: nothing to renew.
+      if (claim.token === undefined) return true
+      const { request } = claim
+      const renewed = await sideLane(pool).query(
+        send(q.renew(names, request.id, claim.token, request.leaseMs)),
+      )
+      return renewed.rowCount === 1
     },
 
     async saveRecoveryPoint(claim, point, tx) {
@@ -185,7 +222,7 @@ export function lockReservation(store: ResolvedStore, fenced: boolean): Reservat
         requestHeaders: claim.request.requestHeaders,
         seen: claim.seen,
       })
-      return (await (tx ?? pool).query(save)).rowCount === 1
+      return (await (tx ?? sideLane(pool)).query(save)).rowCount === 1
     },
   }
 }

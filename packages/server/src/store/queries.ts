@@ -52,6 +52,7 @@ export const PK = 'scope = $1 AND operation = $2 AND key = $3'
 export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
   (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
   greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
+  (extract(epoch FROM (now() - updated_at)) * 1000)::float8 AS held_ms,
   response_status, response_headers, response_body`
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
@@ -101,6 +102,11 @@ export interface LookupRow {
   /** Milliseconds from the statement's `now()` until `expires_at` (negative once expired). */
   expires_in_ms: number
   lease_remaining_ms: number | null
+  /**
+   * Milliseconds since the row last changed: for a row in progress, how long its holder has run since it reserved
+   * the key or saved its last recovery point (what the 409's `Retry-After` is estimated from).
+   */
+  held_ms: number
   response_status: number | null
   response_headers: Record<string, string> | null
   response_body: Buffer | null
@@ -197,6 +203,25 @@ export function release(names: TableNames, id: RecordId, token: string): Query {
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
     ),
     values: [id.scope, id.operation, id.key, token],
+  }
+}
+
+/**
+ * Extends the lease of a key this attempt still holds (fenced on its token), committed on its own: a live holder
+ * renews while its handler runs, so only one that stopped lets its lease run out. A lease that already ran out is
+ * not revived (a renewal sent before a stall can arrive after it, when another attempt is entitled to the key). The
+ * expiry is pushed out too when the lease would outlive it. Zero rows means the key is no longer this attempt's.
+ */
+export function renew(names: TableNames, id: RecordId, token: string, leaseMs: number): Query {
+  return {
+    ...statement(
+      names,
+      'renew',
+      () => `UPDATE ${names.qualified} SET locked_until = now() + ${ms('$5')},
+  expires_at = greatest(expires_at, now() + ${ms('$5')})
+WHERE ${PK} AND lock_token = $4 AND status = 'in_progress' AND locked_until > now()`,
+    ),
+    values: [id.scope, id.operation, id.key, token, leaseMs],
   }
 }
 

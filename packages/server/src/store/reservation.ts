@@ -35,8 +35,11 @@ export type Inspection =
   | { kind: 'finished'; row: LookupRow }
   /** A live record of another request under the same key, not finished yet. */
   | { kind: 'mismatch' }
-  /** Another attempt holds the key. */
-  | { kind: 'busy'; retryAfterMs: number }
+  /**
+   * Another attempt holds the key: for how long it has run (since it reserved the key or saved its last recovery
+   * point), and how much of its lease is left, each when the store knows it.
+   */
+  | { kind: 'busy'; heldForMs: number | null; leaseRemainingMs: number | null }
   /** Nobody holds the key: a reservation would claim it. */
   | { kind: 'free' }
 
@@ -48,6 +51,13 @@ export type Reservation<C extends Claim = Claim> =
   | { kind: 'raced' }
 
 /**
+ * Where a statement that follows an attempt's business transaction runs: the attempt's own client, idle again once
+ * the transaction ended, or (once the attempt gave a broken client back) the pool. Never a second connection while
+ * the attempt holds one: with every connection held by attempts waiting for another, nothing would answer again.
+ */
+export type Connection = pg.ClientBase | pg.Pool
+
+/**
  * One reservation protocol. Every method that is handed a claim acts only while the claim still holds the key
  * (fenced): a claim that lost its key meanwhile gets `false` and changes nothing.
  */
@@ -57,16 +67,26 @@ export interface ReservationProtocol<C extends Claim = Claim> {
    * then owns. Otherwise the client is already back in the pool. Rejects when the store fails.
    */
   reserve(request: ReserveRequest): Promise<Reservation<C>>
-  /** What a reservation would find, without claiming or writing anything. Rejects when the store fails. */
-  inspect(request: ReserveRequest): Promise<Inspection>
+  /** What a reservation would find, without claiming or writing anything, on `on`. Rejects when the store fails. */
+  inspect(request: ReserveRequest, on: Connection): Promise<Inspection>
   /** Writes the finished record and commits, in the business transaction. False when fenced out (still open). */
   complete(claim: C, status: 'succeeded' | 'failed_permanent', response: StoredResponse): Promise<boolean>
-  /** Stores a permanent failure after the business transaction was rolled back. False when fenced out. */
+  /**
+   * Stores a permanent failure after the business transaction was rolled back, on the claim's client (idle again).
+   * False when fenced out. The client is outside any transaction when it settles, whatever the answer.
+   */
   fail(claim: C, response: StoredResponse): Promise<boolean>
-  /** Frees the key after the business transaction was rolled back, so the next attempt runs at once. */
-  release(claim: C): Promise<void>
-  /** Saves a recovery point, committed at once (or with `tx`'s transaction). False when fenced out. */
+  /** Frees the key after the business transaction was rolled back, on `on`, so the next attempt runs at once. */
+  release(claim: C, on: Connection): Promise<void>
+  /**
+   * Saves a recovery point, committed at once on the side lane (or with `tx`'s transaction). False when fenced out.
+   */
   saveRecoveryPoint(claim: C, point: string, tx?: pg.ClientBase): Promise<boolean>
+  /**
+   * Extends the lease a live attempt holds in the key's row, committed at once on the side lane; resolves `false`
+   * when the key is no longer the attempt's, `true` otherwise (also when the protocol keeps no lease in a row).
+   */
+  renew(claim: C): Promise<boolean>
 }
 
 /** What a record that is not this attempt's tells a reservation to answer. */

@@ -17,6 +17,7 @@ import {
   recordState,
 } from './reservation.js'
 import * as rq from './row-queries.js'
+import { sideLane } from './side-lane.js'
 
 export interface RowClaim extends Claim {
   /** The lock token the completion, the release and recovery points are fenced on. */
@@ -51,7 +52,12 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
   function answer(row: q.LookupRow | undefined, fingerprint: string): Inspection {
     const state = recordState(row, fingerprint)
     if (state === 'finished') return { kind: 'finished', row: row as q.LookupRow }
-    if (state === 'busy') return { kind: 'busy', retryAfterMs: row?.lease_remaining_ms ?? 1_000 }
+    if (state === 'busy')
+      return {
+        kind: 'busy',
+        heldForMs: row?.held_ms ?? null,
+        leaseRemainingMs: row?.lease_remaining_ms ?? null,
+      }
     return { kind: state }
   }
 
@@ -94,8 +100,8 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
   return {
     reserve,
 
-    async inspect(request) {
-      const row = (await pool.query<q.LookupRow>(send(q.lookup(names, request.id)))).rows[0]
+    async inspect(request, on) {
+      const row = (await on.query<q.LookupRow>(send(q.lookup(names, request.id)))).rows[0]
       return answer(row, request.fingerprint)
     },
 
@@ -122,16 +128,23 @@ export function rowReservation(store: ResolvedStore, fenced: boolean): Reservati
 
     async fail(claim: RowClaim, response: StoredResponse) {
       const args = { token: claim.token, status: 'failed_permanent' as const, response }
-      return (await pool.query(send(rq.complete(names, claim.request.id, args, fenced)))).rowCount === 1
+      const failed = await claim.client.query(send(rq.complete(names, claim.request.id, args, fenced)))
+      return failed.rowCount === 1
     },
 
-    async release(claim) {
-      await pool.query(send(q.release(names, claim.request.id, claim.token)))
+    async release(claim, on) {
+      await on.query(send(q.release(names, claim.request.id, claim.token)))
     },
 
     async saveRecoveryPoint(claim, point, tx) {
       const save = q.saveRecoveryPoint(names, claim.request.id, claim.token, point)
-      return (await (tx ?? pool).query(save)).rowCount === 1
+      return (await (tx ?? sideLane(pool)).query(save)).rowCount === 1
+    },
+
+    async renew(claim) {
+      const { request, token } = claim
+      const renewed = await sideLane(pool).query(send(q.renew(names, request.id, token, request.leaseMs)))
+      return renewed.rowCount === 1
     },
   }
 }

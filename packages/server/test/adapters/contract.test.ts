@@ -4,7 +4,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate, postgresStore } from '../../src/index.js'
 import { freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
-import { type AdapterName, adapters, type RunningApp } from './servers.js'
+import { type AdapterName, adapters, HANDLER_HEADERS, HOOK_HEADER, type RunningApp } from './servers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -48,6 +48,15 @@ async function send(
     body: bytes,
     json: () => JSON.parse(bytes.toString()),
   }
+}
+
+/**
+ * An answer that is not the handler's own response carries none of the headers the handler set (its transaction
+ * never committed, or its response is not the one sent), and every header set before the handler ran.
+ */
+function expectReplaced(res: Result): void {
+  for (const name of Object.keys(HANDLER_HEADERS)) expect(res.headers.get(name), name).toBeNull()
+  expect(res.headers.get(HOOK_HEADER[0])).toBe(HOOK_HEADER[1])
 }
 
 const effects = async (cart: string) =>
@@ -172,6 +181,58 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
       expect(res.headers.get('content-type')).toBe('application/problem+json')
       expect(res.json()).toMatchObject({ code: 'response_too_large' })
       expect(await effects(key)).toBe(0)
+    })
+  })
+
+  describe("an answer that replaces the handler's response carries none of its headers", () => {
+    it('the handler ran, then its response was too large: 500 response_too_large', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1, big: 5_000 })
+      expect(res.status).toBe(500)
+      expect(res.json()).toMatchObject({ code: 'response_too_large' })
+      expectReplaced(res)
+    })
+
+    it('the handler answered, then the store went away before the commit: 503 store_unavailable', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1, fail: 'terminate' })
+      expect(res.status).toBe(503)
+      expect(res.json()).toMatchObject({ code: 'store_unavailable' })
+      expect(res.headers.get('retry-after')).toBe('1')
+      expectReplaced(res)
+      // The server goes on serving (and the outage it logged is over).
+      const next = freshKey()
+      expect((await post(next, { cart: next, amount: 1 })).status).toBe(201)
+    })
+
+    it('the handler threw a permanent error after setting headers: the stored 402, first and replayed', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 1, decline: true })
+      const replay = await post(key, { cart: key, amount: 1, decline: true })
+      expect([first.status, replay.status]).toEqual([402, 402])
+      expectReplaced(first)
+      expectReplaced(replay)
+    })
+
+    it('the handler threw a retryable error after setting headers: the error page (504)', async () => {
+      const key = freshKey()
+      const res = await post(key, { cart: key, amount: 1, fail: 'throw' })
+      expect(res.status).toBe(504)
+      expectReplaced(res)
+    })
+
+    it('a replay, a 409 and a 422 keep what was set before the handler', async () => {
+      const key = freshKey()
+      const first = await post(key, { cart: key, amount: 1 })
+      expect(first.headers.get('set-cookie')).toBe(HANDLER_HEADERS['set-cookie'])
+      expect(first.headers.get('x-handler')).toBe(HANDLER_HEADERS['x-handler'])
+      expect(first.headers.get(HOOK_HEADER[0])).toBe(HOOK_HEADER[1])
+      const replay = await post(key, { cart: key, amount: 1 })
+      expect(replay.headers.get('idempotent-replayed')).toBe('true')
+      expectReplaced(replay)
+      const mismatch = await post(key, { cart: key, amount: 2 })
+      expect(mismatch.status).toBe(422)
+      expectReplaced(mismatch)
     })
   })
 
@@ -425,6 +486,61 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     })
   })
 
+  // The request's identity is what the handler acts on: the route and the values of its path parameters, as the
+  // router decoded them. Effects are booked per cart and account (`<key>/<account>`).
+  describe('the resource the path names', () => {
+    const transfer = (account: string, key: string, body: unknown) =>
+      send(app, `/v1/accounts/${account}/transfers`, key, body)
+
+    it('the same key on another resource of one route: 422 idempotency_key_reused, and that transfer never runs', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const a = await transfer('A', key, body)
+      expect(a.status).toBe(201)
+      expect(a.json()).toEqual({ account: 'A', cart: key })
+      const b = await transfer('B', key, body)
+      expect(b.status).toBe(422)
+      expect(b.headers.get('content-type')).toBe('application/problem+json')
+      expect(b.json()).toMatchObject({ code: 'idempotency_key_reused' })
+      expect(b.headers.get('idempotent-replayed')).toBeNull()
+      const again = await transfer('A', key, body)
+      expect(again.headers.get('idempotent-replayed')).toBe('true')
+      expect(again.body.equals(a.body)).toBe(true)
+      expect(await effects(`${key}/A`)).toBe(1)
+      expect(await effects(`${key}/B`)).toBe(0)
+    })
+
+    it('one resource with a percent-encoded parameter is the same request: replayed, run once', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const plain = await transfer('A', key, body)
+      const encoded = await transfer('%41', key, body)
+      expect(plain.status).toBe(201)
+      expect(encoded.status).toBe(201)
+      expect(encoded.headers.get('idempotent-replayed')).toBe('true')
+      expect(encoded.body.equals(plain.body)).toBe(true)
+      expect(await effects(`${key}/A`)).toBe(1)
+    })
+
+    it('a percent-encoded spelling of a path the router matches to the same route: one operation, run once', async () => {
+      const key = freshKey()
+      const body = { cart: key, amount: 7 }
+      const plain = await send(app, '/v1/orders', key, body)
+      expect(plain.status).toBe(201)
+      const encoded = await send(app, '/v1/%6Frders', key, body)
+      if (name === 'express') {
+        // Express matches routes on the path as sent: the encoded spelling is no route of this app.
+        expect(encoded.status).toBe(404)
+      } else {
+        expect(encoded.status).toBe(201)
+        expect(encoded.headers.get('idempotent-replayed')).toBe('true')
+        expect(encoded.body.equals(plain.body)).toBe(true)
+      }
+      expect(await effects(`${key}/orders`)).toBe(1)
+      expect(await keyRows(key)).toBe(1)
+    })
+  })
+
   describe('crashes and a store that fails', () => {
     /** An app whose engine throws once at `step`, as a process that crashed there would stop. */
     async function crashingOnce(step: 'beforeCommit' | 'afterCommit', leaseMs?: number) {
@@ -453,6 +569,7 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
         const first = await send(crashing, '/v1/payments', key, body)
         expect(first.status).toBeGreaterThanOrEqual(500)
         expect(first.headers.get('location')).toBeNull()
+        expectReplaced(first)
         expect(await effects(key)).toBe(0)
         if (reservation === 'row') {
           const during = await send(crashing, '/v1/payments', key, body)
@@ -478,6 +595,7 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
         const first = await send(crashing, '/v1/payments', key, body)
         expect(first.status).toBeGreaterThanOrEqual(500)
         expect(first.headers.get('location')).toBeNull()
+        expectReplaced(first)
         const retry = await send(crashing, '/v1/payments', key, body)
         expect(retry.status).toBe(201)
         expect(retry.headers.get('idempotent-replayed')).toBe('true')

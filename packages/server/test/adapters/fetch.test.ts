@@ -59,7 +59,7 @@ describe('the handler and its Response', () => {
     expect(replay.headers.getSetCookie()).toEqual([])
   })
 
-  it('names the operation after the request path by default, and after `route` when given', async () => {
+  it('names the operation after the decoded request path by default, and after `route` when given', async () => {
     let runs = 0
     const byPath = idempotent(async () => Response.json({ run: ++runs }))
     const byRoute = idempotent({ route: '/v1/orders/:id' }, async (req) =>
@@ -68,10 +68,19 @@ describe('the handler and its Response', () => {
     const key = freshKey()
     await byPath(request('/v1/orders/1', key, {}))
     expect((await byPath(request('/v1/orders/2', key, {}))).headers.get('idempotent-replayed')).toBeNull()
+    // Another spelling of the same path, as a router decodes it: the same operation, replayed.
+    expect((await byPath(request('/v1/%6Frders/%31', key, {}))).headers.get('idempotent-replayed')).toBe(
+      'true',
+    )
     const other = freshKey()
     await byRoute(request('/v1/orders/1', other, {}))
-    const sameRoute = await byRoute(request('/v1/orders/2', other, {}))
-    expect(sameRoute.headers.get('idempotent-replayed')).toBe('true')
+    // One operation, but another resource: the path's parameter values are part of the fingerprint.
+    const otherOrder = await byRoute(request('/v1/orders/2', other, {}))
+    expect(otherOrder.status).toBe(422)
+    expect((await byRoute(request('/v1/orders/%31', other, {}))).headers.get('idempotent-replayed')).toBe(
+      'true',
+    )
+    expect(runs).toBe(3)
     const { rows } = await db.pool.query(
       'SELECT operation FROM oncely.idempotency_keys WHERE key = ANY($1)',
       [[key, other]],

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { type ServerType, serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
-import { Hono } from 'hono'
+import { type Context, Hono } from 'hono'
 import type pg from 'pg'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency as expressIdempotency } from '../../src/express/index.js'
@@ -62,13 +62,29 @@ const tenantOf = (authorization: string | undefined | null) =>
 const claimed = (tenant: string | undefined) =>
   tenant === 'none' ? (undefined as unknown as string) : tenant!
 
+/**
+ * What the payments handler sets on every response before it knows the outcome (a cookie, a header of its own): an
+ * answer that replaces its response must carry neither. Handlers that write to a response object set them before the
+ * business logic runs, so they are there when it throws.
+ */
+export const HANDLER_HEADERS = { 'set-cookie': 'session=abc', 'x-handler': 'ran' }
+/** What the auth hook or middleware sets before any handler runs: it stays on every answer. */
+export const HOOK_HEADER = ['x-request-id', 'req-1'] as const
+
 /** The business logic, shared: what each adapter's handler does with `tx`. */
 async function createPayment(
   ctx: ExecutionContext,
   tenant: string,
   body: PaymentBody,
+  pool: pg.Pool,
 ): Promise<{ status: number; headers: Record<string, string>; body: unknown }> {
   if (body.fail === 'throw') throw Object.assign(new Error('provider timeout'), { statusCode: 504 })
+  if (body.fail === 'terminate') {
+    // The store goes away under the attempt after the handler answered: its commit cannot happen (503).
+    const { rows } = await ctx.tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
+    await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid])
+    return { status: 201, headers: {}, body: { terminated: true } }
+  }
   if (body.decline) {
     throw Object.assign(new Error('Your card was declined.'), { statusCode: 402, code: 'card_declined' })
   }
@@ -80,9 +96,22 @@ async function createPayment(
   if (body.big) return { status: 201, headers: {}, body: { id, padding: 'x'.repeat(body.big) } }
   return {
     status: 201,
-    headers: { location: `/v1/payments/${id}`, 'set-cookie': 'session=abc', etag: `"p${id}"` },
+    headers: { location: `/v1/payments/${id}`, etag: `"p${id}"` },
     body: { id, cart: body.cart, amount: body.amount },
   }
+}
+
+/**
+ * A transfer out of `account` (a path parameter): the effect is booked for the cart and the account, so a transfer
+ * that ran for the wrong account shows up under the other's name.
+ */
+async function transfer(ctx: ExecutionContext, tenant: string, account: string, body: PaymentBody) {
+  await ctx.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, $3)', [
+    tenant,
+    `${body.cart}/${account}`,
+    body.amount,
+  ])
+  return { status: 201, body: { account, cart: body.cart } }
 }
 
 async function slow(ctx: ExecutionContext, tenant: string, body: PaymentBody, gate?: () => Promise<void>) {
@@ -120,6 +149,7 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     const tenant = tenantOf(request.headers.authorization)
     if (!tenant) return reply.code(401).send({ error: 'unauthorized' })
     ;(request as unknown as { tenant: string }).tenant = tenant
+    reply.header(...HOOK_HEADER)
   })
   const tenant = (request: unknown) => claimed((request as { tenant: string }).tenant)
   await app.register(fastifyIdempotency, { engine, tenant })
@@ -127,7 +157,8 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     '/v1/payments',
     { config: { idempotency: { ...PAYMENTS, required: true } } },
     async (request, reply) => {
-      const result = await createPayment(request.idempotency, tenant(request), request.body)
+      reply.headers(HANDLER_HEADERS)
+      const result = await createPayment(request.idempotency, tenant(request), request.body, pool)
       return reply.code(result.status).headers(result.headers).send(result.body)
     },
   )
@@ -148,6 +179,27 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     await request.idempotency?.tx.query('SELECT 1')
     return { ok: true, keyed: request.idempotency !== null }
   })
+  app.post<{ Body: PaymentBody; Params: { account: string } }, { idempotency: true }>(
+    '/v1/accounts/:account/transfers',
+    { config: { idempotency: true } },
+    async (request, reply) => {
+      const result = await transfer(
+        request.idempotency,
+        tenant(request),
+        request.params.account,
+        request.body,
+      )
+      return reply.code(result.status).send(result.body)
+    },
+  )
+  app.post<{ Body: PaymentBody }, { idempotency: true }>(
+    '/v1/orders',
+    { config: { idempotency: true } },
+    async (request, reply) => {
+      const result = await transfer(request.idempotency, tenant(request), 'orders', request.body)
+      return reply.code(result.status).send(result.body)
+    },
+  )
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, events, errors, close: () => app.close() }
@@ -161,6 +213,7 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
     const tenant = tenantOf(req.get('authorization'))
     if (!tenant) return void res.status(401).json({ error: 'unauthorized' })
     res.locals.tenant = tenant
+    res.setHeader(...HOOK_HEADER)
     next()
   })
   const tenant = (req: express.Request) => claimed(req.res?.locals.tenant)
@@ -168,7 +221,8 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
   app.post(
     '/v1/payments',
     idempotent({ ...PAYMENTS, required: true }, async (req, res) => {
-      const result = await createPayment(req.idempotency, tenant(req), req.body)
+      res.set(HANDLER_HEADERS)
+      const result = await createPayment(req.idempotency, tenant(req), req.body, pool)
       res.status(result.status).set(result.headers).json(result.body)
     }),
   )
@@ -191,6 +245,20 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
       res.json({ ok: true, keyed: req.idempotency !== null })
     }),
   )
+  app.post(
+    '/v1/accounts/:account/transfers',
+    idempotent(async (req, res) => {
+      const result = await transfer(req.idempotency, tenant(req), String(req.params.account), req.body)
+      res.status(result.status).json(result.body)
+    }),
+  )
+  app.post(
+    '/v1/orders',
+    idempotent(async (req, res) => {
+      const result = await transfer(req.idempotency, tenant(req), 'orders', req.body)
+      res.status(result.status).json(result.body)
+    }),
+  )
   // Express's default error handler prints the stack; an error page with the status is all the tests need.
   app.use((error: { statusCode?: number }, _req: express.Request, res: express.Response, _next: unknown) => {
     res.status(error.statusCode ?? 500).json({ error: 'failed' })
@@ -208,6 +276,8 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
     const tenant = tenantOf(c.req.header('authorization'))
     if (!tenant) return c.json({ error: 'unauthorized' }, 401)
     c.set('tenant', tenant)
+    // On Hono's response, as hono/cors sets its headers, so Hono copies it onto whatever Response the route returns.
+    c.res.headers.set(...HOOK_HEADER)
     await next()
   })
   const idempotent = fetchIdempotency({
@@ -216,8 +286,11 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
     logger: errorSink(errors),
   })
   const payments = idempotent({ ...PAYMENTS, required: true }, async (_request, { body, idempotency }, c) => {
-    const result = await createPayment(idempotency, c.get('tenant'), body as PaymentBody)
-    return Response.json(result.body, { status: result.status, headers: result.headers })
+    const result = await createPayment(idempotency, c.get('tenant'), body as PaymentBody, pool)
+    return Response.json(result.body, {
+      status: result.status,
+      headers: { ...HANDLER_HEADERS, ...result.headers },
+    })
   })
   for (const [path, config] of [
     ['/v1/slow', SLOW],
@@ -233,8 +306,23 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
     await idempotency?.tx.query('SELECT 1')
     return Response.json({ ok: true, keyed: idempotency !== null })
   })
+  // With `route`, the template names the operation; without it, the request's path does (as Hono matched it).
+  const transfers = idempotent(
+    { route: '/v1/accounts/:account/transfers' },
+    async (_request, { body, idempotency }, c) => {
+      const account = (c as unknown as Context).req.param('account') as string
+      const result = await transfer(idempotency, c.get('tenant'), account, body as PaymentBody)
+      return Response.json(result.body, { status: result.status })
+    },
+  )
+  const orders = idempotent(async (_request, { body, idempotency }, c) => {
+    const result = await transfer(idempotency, c.get('tenant'), 'orders', body as PaymentBody)
+    return Response.json(result.body, { status: result.status })
+  })
   app.post('/v1/payments', (c) => payments(c.req.raw, c))
   app.post('/v1/notes', (c) => notes(c.req.raw, c))
+  app.post('/v1/accounts/:account/transfers', (c) => transfers(c.req.raw, c))
+  app.post('/v1/orders', (c) => orders(c.req.raw, c))
   app.onError((error, c) =>
     c.json({ error: 'failed' }, ((error as { statusCode?: number }).statusCode ?? 500) as 500),
   )

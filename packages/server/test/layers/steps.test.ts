@@ -1,5 +1,6 @@
 import { JsonSyntaxError } from '@oncely/protocol'
 import type { TestDatabase } from '@oncely/test-support'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
 import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
@@ -7,11 +8,18 @@ import { stepsForTesting } from '../../src/testing/index.js'
 import { engineFor, fingerprintOf, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
 
 let db: TestDatabase
+/** The steps' own transactions come from a pool of their own: the engine's connection stays open meanwhile. */
+let stepsPool: pg.Pool
 beforeAll(async () => {
   db = await setupDatabase('steps')
+  stepsPool = new pg.Pool({ connectionString: db.url, max: 10 })
+  stepsPool.on('error', () => {})
   await db.pool.query('CREATE TABLE step_writes (key text NOT NULL, step text NOT NULL)')
 })
-afterAll(() => db.drop())
+afterAll(async () => {
+  await stepsPool.end()
+  await db.drop()
+})
 
 /** A fake external provider with its own idempotency: a repeated key returns the first result, no new effect. */
 function fakeProvider() {
@@ -61,7 +69,7 @@ function paymentFlow(
     },
   })
   return stepsForTesting<State>({
-    pool: db.pool,
+    pool: stepsPool,
     initialState: { amount: 100 },
     steps: [step('hold', 'holdId'), step('charge', 'chargeId'), step('ship', 'shipmentId')],
     hooks: {
@@ -221,6 +229,21 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
     ])
     expect([...provider.calls.values()]).toEqual([1, 1, 1])
     expect(await writesOf(key)).toEqual({ charge: 1, finish: 1, hold: 1, ship: 1 })
+  })
+
+  it("refuses the engine's own pool, whose connections every execution would wait for while holding one", async () => {
+    const { engine } = engineFor(db.pool)
+    const handler = steps({ pool: db.pool, steps: [{ name: 'a', run: () => undefined }], finish: () => ({}) })
+    const outcome = await engine.execute({
+      scope: 's',
+      operation: 'POST /pay',
+      key: freshKey(),
+      fingerprint: fingerprintOf({}),
+      handler,
+    })
+    expect(outcome).toMatchObject({ kind: 'retryable_failure', reason: 'error' })
+    if (outcome.kind === 'retryable_failure')
+      expect(String(outcome.error)).toContain("Expected `pool` of steps() not to be the engine's own pool")
   })
 
   it('names the bad option', () => {

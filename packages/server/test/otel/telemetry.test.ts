@@ -22,6 +22,7 @@ import {
   reservation,
   setupDatabase,
   sleep,
+  stallEventLoop,
 } from '../helpers.js'
 import { parentOf, testSdk } from './support.js'
 
@@ -121,7 +122,7 @@ describe('the scripted sequence', () => {
     await sleep(350)
     expect(await engine.execute(payRequest(tenant, crashKey))).toMatchObject({ kind: 'executed', attempt: 2 })
 
-    // 6. An attempt paused past its lease is fenced out and answers with the winner's response.
+    // 6. An attempt whose process stalled past its lease is fenced out and answers with the winner's response.
     const pausedKey = freshKey('paused')
     const paused = gate()
     const atCommit = gate()
@@ -130,13 +131,13 @@ describe('the scripted sequence', () => {
       hooks: {
         beforeCommit: async () => {
           atCommit.open()
+          stallEventLoop(250)
           await paused.opened
         },
       },
     })
     const original = slow.engine.execute(payRequest(tenant, pausedKey, { handler: pay(`${pausedKey}-1`) }))
     await atCommit.opened
-    await sleep(250)
     const winner = await instrumented({ leaseMs: 200 }).engine.execute(
       payRequest(tenant, pausedKey, { handler: pay(`${pausedKey}-2`), wait: { timeoutMs: 5_000 } }),
     )

@@ -12,6 +12,7 @@ import { createEngine, type ExecuteInput, migrate, type Outcome, postgresStore }
 import type { Step } from '@oncely/server/steps'
 import { stepsForTesting } from '@oncely/server/testing'
 import { createTestDatabase } from '@oncely/test-support'
+import pg from 'pg'
 import type { Random } from '../random.js'
 import { type ScenarioResult, sleep } from './services.js'
 
@@ -43,11 +44,16 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
   const calls = new Map<string, number>()
   const effects = new Map<string, string>()
   const db = await createTestDatabase('chaos-layers-steps', { max: 20 })
+  let closeStepsPool = async () => {}
   try {
     await migrate(db.pool)
     await db.pool.query('CREATE TABLE step_writes (key text NOT NULL, step text NOT NULL)')
     await db.pool.query('CREATE TABLE payments (key text NOT NULL)')
     const engine = createEngine({ store: postgresStore({ pool: db.pool }), leaseMs: 2_000 })
+    // The steps' own transactions come from a pool of their own: the engine's connection stays open meanwhile.
+    const stepsPool = new pg.Pool({ connectionString: db.url, max: 20 })
+    stepsPool.on('error', () => {})
+    closeStepsPool = () => stepsPool.end()
     const flow = (key: string, crash: { kind: (typeof STEPS_FAULTS)[number]; step: string } | undefined) => {
       const step = (name: string): Step<State> => ({
         name,
@@ -65,7 +71,7 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
         },
       })
       return stepsForTesting<State>({
-        pool: db.pool,
+        pool: stepsPool,
         steps: STEP_NAMES.map(step),
         hooks: {
           afterStep: (name) => {
@@ -83,8 +89,8 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
       })
     }
     const names = Array.from({ length: keys }, (_, i) => `key-${i}`)
-    // Keys run four at a time: each execution holds two pool connections (the engine's transaction stays open
-    // for `finish` while each step takes its own), so unbounded concurrency would exhaust the pool.
+    // Keys run four at a time, each execution holding a connection of each pool (the engine's transaction stays
+    // open for `finish` while each step takes its own).
     const runKey = async (key: string, i: number) => {
       // Each key's crash is armed once across its callers: the crash happens on whichever attempt reaches it.
       const kind = i < 2 ? STEPS_FAULTS[i]! : plan.pick([...STEPS_FAULTS, 'none'] as const)
@@ -137,6 +143,7 @@ export async function runStepsScenario(options: StepsScenarioOptions): Promise<S
       stats: { keys, stepKeys, providerCalls: [...calls.values()].reduce((a, b) => a + b, 0) },
     }
   } finally {
+    await closeStepsPool()
     await db.drop()
   }
 }

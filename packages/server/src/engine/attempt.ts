@@ -1,0 +1,405 @@
+// One attempt on a claimed key, as a sequence of named steps: the handler in the business transaction, then the
+// finished record; or the rollback and what the failure leaves (a released key, a stored permanent failure); or the
+// answer of an attempt that lost its key.
+//
+// The attempt holds exactly one connection, the claim's, from its reservation to its answer. Whatever it writes
+// after the handler (the release, a stored failure, the inspection after losing its key) goes on that connection
+// once its transaction ended, or, when that connection broke, only after giving it back. Asking the pool for a
+// second connection while holding one hangs the process as soon as pool-size attempts do it at once.
+import type pg from 'pg'
+import { ResponseTooLargeError } from '../errors.js'
+import { STORE_POOL } from '../hooks.js'
+import { isLeaseLost } from '../store/queries.js'
+import type { Claim, Connection, Inspection, ReservationProtocol } from '../store/reservation.js'
+import { defaultClassify, defaultRenderError, isRetryableResponse } from './classify.js'
+import type { EngineHooks } from './faults.js'
+import { LazyAbort } from './lazy-abort.js'
+import type { ResolvedOptions } from './options.js'
+import type { ReplayCache } from './replay-cache.js'
+import { normalizeResponse, tooLargeResponse } from './response.js'
+import type { Durations } from './retry-after.js'
+import { stepKeyFor } from './step-key.js'
+import type { EngineEvent, ExecuteInput, ExecutionContext, KeyId, Outcome, StoredResponse } from './types.js'
+
+/** Local instants taken just before a statement was sent: the start of a database-measured remaining lifetime. */
+export interface Sent {
+  at: number
+  wall: number
+}
+
+export const sentNow = (): Sent => ({ at: performance.now(), wall: Date.now() })
+
+/** The `Retry-After` of an attempt that lost its lease: nothing holds the key for it any more. */
+const LEASE_EXPIRED_RETRY_AFTER_MS = 1_000
+
+const UNKNOWN_HOLDER: Inspection = { kind: 'busy', heldForMs: null, leaseRemainingMs: null }
+
+/** What every attempt of one engine shares. */
+export interface AttemptEnvironment {
+  readonly config: ResolvedOptions
+  readonly hooks: EngineHooks
+  /** The store's pool: only for a statement after the attempt gave its broken connection back. */
+  readonly pool: pg.Pool
+  readonly cache: ReplayCache | undefined
+  readonly durations: Durations
+  /** The engine's event sink, or undefined while nobody listens. */
+  emit(): ((event: EngineEvent) => void) | undefined
+  /** Reports a store error (diagnosed, the replay cache emptied) and returns the error to answer with. */
+  storeError(error: unknown, id: KeyId): unknown
+  unavailable(error: unknown): Outcome
+  /** What a key's record answers a request that does not hold the key; `null` when the key is free. */
+  answerInspection(
+    id: KeyId,
+    fingerprint: string,
+    found: Inspection,
+    sent: Sent,
+    fencedOut: boolean,
+  ): Outcome | null
+}
+
+/** Runs one attempt on a claimed key to its outcome; see the file's header. Create one per claim. */
+export class Attempt<C extends Claim> {
+  readonly #env: AttemptEnvironment
+  readonly #input: ExecuteInput
+  readonly #protocol: ReservationProtocol<C>
+  readonly #claim: C
+  readonly #sent: Sent
+  readonly #id: KeyId
+  readonly #abort = new LazyAbort()
+  readonly #started = Date.now()
+  /** Whether the attempt ran without a key record (`failOpen`). */
+  readonly #failedOpen: boolean
+  /** The claim's client, until the attempt gives it back. */
+  #client: pg.PoolClient | undefined
+  /** Whether the business transaction on the client is still open. */
+  #open = true
+  /** Why the client's connection broke (the first error says why; the socket's close follows it). */
+  #broken: Error | undefined
+  #keepAlive: ReturnType<typeof setTimeout> | undefined
+  #renewing = false
+  /** When the event loop last kept the lease (at first: when the reservation was sent). */
+  #beat: number
+  /**
+   * True once the process was seen to have stopped for a whole lease (the keep-alive ran that late): the key may be
+   * another attempt's by now, so the attempt stops renewing, and a broken connection means a lost lease.
+   */
+  #stalled = false
+
+  constructor(
+    env: AttemptEnvironment,
+    input: ExecuteInput,
+    protocol: ReservationProtocol<C>,
+    claim: C,
+    sent: Sent,
+    failedOpen: boolean,
+  ) {
+    this.#env = env
+    this.#input = input
+    this.#protocol = protocol
+    this.#claim = claim
+    this.#sent = sent
+    this.#id = claim.request.id
+    this.#client = claim.client
+    this.#failedOpen = failedOpen
+    this.#beat = sent.wall
+  }
+
+  async run(): Promise<Outcome> {
+    const { attempt, replaced } = this.#claim
+    const emit = this.#env.emit()
+    if (replaced === 'expired') emit?.({ type: 'expired', ...this.#id })
+    else if (replaced === 'takeover') emit?.({ type: 'takeover', attempt, ...this.#id })
+    if (!this.#failedOpen) emit?.({ type: 'reserved', attempt, ...this.#id })
+    this.#claim.client.on('error', this.#onClientError)
+    this.#scheduleKeepAlive()
+    let abandoned: Error | undefined
+    try {
+      return await this.#execute()
+    } catch (error) {
+      // A hook simulated a crash (or the adapter's handler wrapper threw): give up the attempt as it stands.
+      abandoned = new Error('attempt abandoned')
+      this.#abort.abort(error)
+      throw error
+    } finally {
+      clearTimeout(this.#keepAlive)
+      this.#keepAlive = undefined
+      await this.#rollback()
+      this.#giveBack(abandoned)
+    }
+  }
+
+  async #execute(): Promise<Outcome> {
+    const { hooks, config } = this.#env
+    const { attempt } = this.#claim
+    const client = this.#claim.client
+    await hooks.afterReserve?.({ ...this.#id, attempt, tx: client })
+    let response: StoredResponse
+    try {
+      const returned = await this.#input.handler(this.#context())
+      response = normalizeResponse(returned, config.replayHeaders)
+      if (isRetryableResponse(response.status, returned.headers)) {
+        const reason = response.status >= 500 ? 'server_error_response' : 'retryable_response'
+        return await this.#release(reason, { response })
+      }
+    } catch (error) {
+      return await this.#threw(error)
+    }
+    if (response.body.length > config.maxResponseBytes) {
+      const tooLarge = new ResponseTooLargeError(response.body.length, config.maxResponseBytes)
+      await this.#rollback()
+      return await this.#storeFailure(tooLargeResponse(tooLarge), tooLarge)
+    }
+    await hooks.beforeCommit?.({ ...this.#id, attempt, tx: client })
+    return await this.#complete(response)
+  }
+
+  /** The context the handler runs with. */
+  #context(): ExecutionContext & { [STORE_POOL]: pg.Pool } {
+    const claim = this.#claim
+    const protocol = this.#protocol
+    const id = this.#id
+    const abort = this.#abort
+    return {
+      [STORE_POOL]: this.#env.pool,
+      tx: claim.client,
+      ...id,
+      attempt: claim.attempt,
+      recoveryPoint: claim.recoveryPoint,
+      saveRecoveryPoint: (point: string, tx?: pg.ClientBase) => protocol.saveRecoveryPoint(claim, point, tx),
+      stepKey: (step: string) => stepKeyFor(id.scope, id.operation, id.key, step),
+      get signal() {
+        return abort.signal
+      },
+    }
+  }
+
+  /** The handler threw: lost lease, retryable (release the key) or permanent (store the rendered failure). */
+  async #threw(error: unknown): Promise<Outcome> {
+    if (isLeaseLost(error)) this.#broken ??= error as Error
+    // The rollback also shows a connection that broke before this attempt could listen to it.
+    await this.#rollback()
+    if (this.#lostLease()) return await this.#lost()
+    const kind = this.#broken ? 'retryable' : (this.#input.classify ?? defaultClassify)(error)
+    if (kind === 'retryable') return await this.#release('error', { error })
+    const rendered = (this.#input.renderError ?? defaultRenderError)(error)
+    return await this.#storeFailure(normalizeResponse(rendered, this.#env.config.replayHeaders))
+  }
+
+  /** Stores a permanent failure on the attempt's own connection (its transaction already rolled back). */
+  async #storeFailure(response: StoredResponse, tooLarge?: ResponseTooLargeError): Promise<Outcome> {
+    if (this.#broken) return await this.#release('error', { error: this.#broken })
+    let stored: boolean
+    try {
+      stored = await this.#protocol.fail(this.#claim, response)
+    } catch (error) {
+      this.#broken ??= error as Error
+      return this.#env.unavailable(this.#env.storeError(error, this.#id))
+    }
+    if (!stored) return await this.#fencedOut('in_progress')
+    return this.#executed(response, 'failed_permanent', tooLarge)
+  }
+
+  /** Writes the finished record and commits, in the business transaction. */
+  async #complete(response: StoredResponse): Promise<Outcome> {
+    const status = response.status >= 400 ? 'failed_permanent' : 'succeeded'
+    let completed: boolean
+    try {
+      completed = await this.#protocol.complete(this.#claim, status, response)
+    } catch (error) {
+      // The completion failed, or the commit, which may or may not have happened. Releasing is still safe: it only
+      // matches a key still held under this claim, so a committed record is left alone and an uncommitted one is
+      // freed at once. The connection is dropped, which also ends any open transaction.
+      this.#broken ??= error as Error
+      if (this.#lostLease()) return await this.#lost()
+      this.#open = false
+      const diagnosed = this.#env.storeError(error, this.#id)
+      await this.#protocol.release(this.#claim, this.#connection()).catch(() => {})
+      return this.#env.unavailable(diagnosed)
+    }
+    if (!completed) {
+      await this.#rollback()
+      return await this.#fencedOut('lease_expired')
+    }
+    this.#open = false
+    this.#env.cache?.set(
+      this.#id,
+      this.#input.fingerprint,
+      response,
+      this.#claim.expiresInMs,
+      this.#sent.at,
+      this.#sent.wall,
+    )
+    const outcome = this.#executed(response, status)
+    await this.#env.hooks.afterCommit?.({ ...this.#id, attempt: this.#claim.attempt })
+    return outcome
+  }
+
+  #executed(
+    response: StoredResponse,
+    status: 'succeeded' | 'failed_permanent',
+    tooLarge?: ResponseTooLargeError,
+  ): Outcome {
+    const { attempt } = this.#claim
+    const durationMs = Date.now() - this.#started
+    this.#env.durations.observe(this.#id.operation, durationMs)
+    this.#env.emit()?.({ type: 'executed', attempt, status: response.status, durationMs, ...this.#id })
+    return {
+      kind: 'executed',
+      response,
+      status,
+      attempt,
+      ...(this.#failedOpen ? { failedOpen: true } : {}),
+      ...(tooLarge ? { tooLarge } : {}),
+    }
+  }
+
+  /** Frees the key after a retryable failure (the transaction rolled back), so the next attempt runs at once. */
+  async #release(
+    reason: 'error' | 'server_error_response' | 'retryable_response',
+    detail: { error?: unknown; response?: StoredResponse },
+  ): Promise<Outcome> {
+    await this.#rollback()
+    try {
+      await this.#protocol.release(this.#claim, this.#connection())
+      this.#env.emit()?.({ type: 'released', attempt: this.#claim.attempt, reason, ...this.#id })
+    } catch (error) {
+      // The key stays held until its lease runs out; then the next attempt takes over.
+      this.#broken ??= error as Error
+      this.#env.storeError(error, this.#id)
+    }
+    return { kind: 'retryable_failure', reason, ...detail }
+  }
+
+  /**
+   * Postgres ended the transaction after it sat idle past the lease: nothing of this attempt committed, and another
+   * may hold the key by now. Free what the claim left (fenced), then answer like any attempt that lost its lease.
+   */
+  async #lost(): Promise<Outcome> {
+    this.#open = false
+    await this.#protocol.release(this.#claim, this.#connection()).catch(() => {})
+    return await this.#fencedOut('lease_expired')
+  }
+
+  /**
+   * After the attempt lost its key: the record's answer when it finished (usually the winner's response), else
+   * `whenBusy`: `lease_expired` for an attempt whose lease ran out, `in_progress` for one that found another
+   * attempt on the key when it came to store its failure.
+   */
+  async #fencedOut(whenBusy: 'in_progress' | 'lease_expired'): Promise<Outcome> {
+    const { attempt, request } = this.#claim
+    this.#env.emit()?.({ type: 'fenced_out', attempt, ...this.#id })
+    const sent = sentNow()
+    let found: Inspection
+    try {
+      found = await this.#protocol.inspect(request, this.#connection())
+    } catch (error) {
+      return this.#env.unavailable(this.#env.storeError(error, this.#id))
+    }
+    if (found.kind === 'finished' || found.kind === 'mismatch' || whenBusy === 'in_progress') {
+      // A key found free by then is answered as busy: the attempt that freed it may be on its way.
+      const holder: Inspection = found.kind === 'free' ? UNKNOWN_HOLDER : found
+      return this.#env.answerInspection(this.#id, request.fingerprint, holder, sent, true) as Outcome
+    }
+    const { leaseMs } = request
+    this.#env.emit()?.({ type: 'lease_expired', attempt, leaseMs, ...this.#id })
+    return { kind: 'lease_expired', retryAfterMs: LEASE_EXPIRED_RETRY_AFTER_MS, attempt, leaseMs }
+  }
+
+  /**
+   * Whether the connection broke because the attempt lost its lease: Postgres ended its transaction for sitting
+   * idle past the lease (25P03), or it broke after the process stalled for a whole lease, or a whole lease since it
+   * last kept it (the first error seen may then be the socket's, not Postgres's reason).
+   */
+  #lostLease(): boolean {
+    if (this.#broken === undefined) return false
+    return (
+      isLeaseLost(this.#broken) || this.#stalled || Date.now() - this.#beat >= this.#claim.request.leaseMs
+    )
+  }
+
+  /** Rolls the business transaction back, once; a failure marks the connection broken. */
+  async #rollback(): Promise<void> {
+    if (!this.#open || !this.#client) return
+    this.#open = false
+    try {
+      await this.#client.query('ROLLBACK')
+    } catch (error) {
+      this.#broken ??= error as Error
+    }
+  }
+
+  /**
+   * Where a statement after the transaction runs: the attempt's own client while it works, else (having given the
+   * broken one back first) the pool.
+   */
+  #connection(): Connection {
+    if (this.#client && !this.#broken) return this.#client
+    this.#giveBack()
+    return this.#env.pool
+  }
+
+  /**
+   * Returns the client to the pool, destroyed if it broke or sat in an abandoned transaction. The 'error' listener
+   * stays attached until the pool has its own again: a checked-out client that emits 'error' with no listener
+   * crashes the process.
+   */
+  #giveBack(abandoned?: Error): void {
+    const client = this.#client
+    if (!client) return
+    this.#client = undefined
+    client.release(this.#broken ?? abandoned)
+    client.off('error', this.#onClientError)
+  }
+
+  readonly #onClientError = (error: Error): void => {
+    this.#broken ??= error
+    this.#abort.abort(error)
+    this.#env.storeError(error, this.#id)
+  }
+
+  /**
+   * Keeps a live attempt's lease while its handler runs: every `leaseMs / 3`, a statement on the business
+   * transaction (so Postgres never sees it idle for the lease) and, where the protocol keeps the lease in the key's
+   * row, a renewed deadline there. A stopped process sends neither, so it loses the key within about the lease.
+   */
+  #scheduleKeepAlive(): void {
+    // The unfenced engine (the chaos suite's proof that fencing matters) goes without, like the lease guard.
+    if (!this.#env.config.fenced || this.#failedOpen) return
+    const everyMs = Math.max(1, Math.floor(this.#claim.request.leaseMs / 3))
+    this.#keepAlive = setTimeout(this.#keepLease, everyMs)
+    this.#keepAlive.unref?.()
+  }
+
+  readonly #keepLease = (): void => {
+    const client = this.#client
+    if (!client || !this.#open || this.#stalled) return
+    const now = Date.now()
+    if (now - this.#beat >= this.#claim.request.leaseMs) {
+      // The process did not run for a whole lease: Postgres may have ended the transaction, and a takeover may be
+      // under way. Renewing now could revive a lease another attempt is entitled to take: let it go instead.
+      this.#stalled = true
+      this.#abort.abort(
+        new Error('The process stalled for longer than the lease; this attempt may have lost its key.'),
+      )
+      return
+    }
+    this.#beat = now
+    // Queued behind any statement of the handler's; an error (an aborted transaction) says nothing new.
+    client.query('SELECT 1').catch(() => {})
+    if (!this.#renewing) {
+      this.#renewing = true
+      this.#protocol
+        .renew(this.#claim)
+        .then(
+          (held) => {
+            if (!held) this.#abort.abort(new Error('Another attempt took over this key.'))
+          },
+          (error) => this.#env.storeError(error, this.#id),
+        )
+        .finally(() => {
+          this.#renewing = false
+        })
+    }
+    this.#scheduleKeepAlive()
+  }
+}

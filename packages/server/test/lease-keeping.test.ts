@@ -1,0 +1,139 @@
+// A live process keeps its lease; only a stopped one loses it (test/lease.test.ts stops a real one with SIGSTOP).
+// Regression: Postgres ended the transaction of a handler that awaited a provider for longer than `leaseMs` (the
+// lease guard saw it idle), so every retry did the work again, rolled back and was answered 409 for its own
+// request. And a duplicate's `Retry-After` estimates when the holder will be done, under both protocols.
+import type { TestDatabase } from '@oncely/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { ExecutionContext, Outcome } from '../src/index.js'
+import {
+  engineFor,
+  freshKey,
+  pay,
+  paymentsFor,
+  payRequest,
+  reservation,
+  setupDatabase,
+  sleep,
+} from './helpers.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await setupDatabase('lease_keeping')
+})
+afterAll(() => db.drop())
+
+const LEASE_MS = 1_000
+
+describe(`a live handler keeps its key (reservation: '${reservation}')`, () => {
+  it.each([
+    ['waiting on a provider', false],
+    ['waiting on a provider after saving a recovery point', true],
+  ])('completes once when %s for twice the lease; duplicates meanwhile get 409', async (_, withPoint) => {
+    const { engine } = engineFor(db.pool, { leaseMs: LEASE_MS, replayCache: false })
+    const key = freshKey()
+    let runs = 0
+    let asked!: () => void
+    const duplicatesAsked = new Promise<void>((resolve) => {
+      asked = resolve
+    })
+    const slow = async (ctx: ExecutionContext) => {
+      runs++
+      if (withPoint) expect(await ctx.saveRecoveryPoint('charged')).toBe(true)
+      // Idle in its transaction, alive, for twice the lease at least (and until every duplicate asked).
+      await Promise.all([sleep(2 * LEASE_MS + 200), duplicatesAsked])
+      return pay(key)(ctx)
+    }
+    const first = engine.execute(payRequest('live', key, { handler: slow }))
+    const duplicates: Outcome[] = []
+    for (let i = 0; i < 5; i++) {
+      await sleep(LEASE_MS / 2)
+      duplicates.push(await engine.execute(payRequest('live', key, { handler: slow })))
+    }
+    asked()
+    expect(await first).toMatchObject({ kind: 'executed', status: 'succeeded' })
+    expect(duplicates.map((d) => d.kind)).toEqual(Array(5).fill('in_progress'))
+    expect(runs).toBe(1)
+    expect(await paymentsFor(db.pool, key)).toBe(1)
+  })
+})
+
+describe(`Retry-After of a 409 (reservation: '${reservation}')`, () => {
+  /** Starts an execution of `key` that holds it until `release` is called, and resolves once it holds it. */
+  async function holding(
+    engine: ReturnType<typeof engineFor>['engine'],
+    key: string,
+    work: () => Promise<void>,
+  ) {
+    let held!: () => void
+    const holds = new Promise<void>((resolve) => {
+      held = resolve
+    })
+    const done = engine.execute(
+      payRequest('eta', key, {
+        handler: async (ctx) => {
+          held()
+          await work()
+          return pay(key)(ctx)
+        },
+      }),
+    )
+    await holds
+    return { done } // not `done` itself: an async function would wait for it
+  }
+  const retryAfterOf = (outcome: Outcome) =>
+    outcome.kind === 'in_progress' ? outcome.retryAfterMs : Number.NaN
+
+  it('is about as long again as the holder has run, for an operation not seen finishing yet', async () => {
+    const { engine } = engineFor(db.pool, { leaseMs: 20_000 })
+    const key = freshKey()
+    const { done: first } = await holding(engine, key, () => sleep(3_500))
+    await sleep(2_500)
+    const duplicate = await engine.execute(payRequest('eta', key))
+    expect(duplicate).toMatchObject({ kind: 'in_progress' })
+    const retryAfter = retryAfterOf(duplicate)
+    // The holder has run about 2.5 s: it is likely to run about as long again (bounded by the lease left).
+    expect(retryAfter).toBeGreaterThanOrEqual(2_000)
+    expect(retryAfter).toBeLessThanOrEqual(20_000)
+    expect(await first).toMatchObject({ kind: 'executed' })
+  })
+
+  it("is the holder's typical remaining time once its operation was seen finishing", async () => {
+    const { engine } = engineFor(db.pool, { leaseMs: 20_000 })
+    const learned = freshKey()
+    expect(await (await holding(engine, learned, () => sleep(4_000))).done).toMatchObject({
+      kind: 'executed',
+    })
+    const key = freshKey()
+    const { done: first } = await holding(engine, key, () => sleep(4_000))
+    await sleep(500)
+    const retryAfter = retryAfterOf(await engine.execute(payRequest('eta', key)))
+    // Typically 4 s, and it has run about 0.5 s: ask again in about 3.5 s, not in 1 s, nor after the lease.
+    expect(retryAfter).toBeGreaterThanOrEqual(2_500)
+    expect(retryAfter).toBeLessThanOrEqual(4_000)
+    expect(await first).toMatchObject({ kind: 'executed' })
+  })
+
+  it('is a second for a holder that typically ends at once, recovery point or not', async () => {
+    const { engine } = engineFor(db.pool, { leaseMs: 20_000 })
+    const quick = freshKey()
+    expect(await (await holding(engine, quick, async () => {})).done).toMatchObject({ kind: 'executed' })
+    const key = freshKey()
+    let release!: () => void
+    const released = new Promise<void>((resolve) => {
+      release = resolve
+    })
+    const first = engine.execute(
+      payRequest('eta', key, {
+        handler: async (ctx) => {
+          await ctx.saveRecoveryPoint('charged') // a row with the whole lease left: not what the 409 says
+          await released
+          return pay(key)(ctx)
+        },
+      }),
+    )
+    await sleep(300)
+    expect(retryAfterOf(await engine.execute(payRequest('eta', key)))).toBe(1_000)
+    release()
+    expect(await first).toMatchObject({ kind: 'executed' })
+  })
+})
