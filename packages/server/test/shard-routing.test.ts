@@ -15,11 +15,13 @@ import {
   engineFor,
   fingerprintOf,
   freshKey,
+  gate,
   onCitus,
   pay,
   payRequest,
   reservation,
   setupDatabase,
+  sleep,
 } from './helpers.js'
 
 let db: TestDatabase
@@ -77,6 +79,18 @@ describe(`statements on the key table route to one tenant (reservation: '${reser
       },
     }) // a recovery point, then a retryable failure
     await run(points, { handler: pay(points) }) // its retry, from the point
+    const held = freshKey()
+    const release = gate()
+    const holding = run(held, {
+      handler: async () => {
+        await release.opened
+        return { status: 201 }
+      },
+    })
+    await sleep(100)
+    await run(held) // a duplicate while the first holds the key (its 409 asks how long it has been held)
+    release.open()
+    await holding
     await engine.forget({ scope, operation: 'POST /v1/payments', key })
     await engine.reap()
 

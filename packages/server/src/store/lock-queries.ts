@@ -35,8 +35,19 @@ import {
  */
 function lockText(names: TableNames, args: readonly string[] = ['$1', '$2', '$3', '$4']): string {
   const [scope, operation, key, leaseMs] = args as [string, string, string, string]
-  return `SELECT pg_try_advisory_xact_lock(${lockKey(names, scope, operation, key)}) AS locked, ${leaseGuard(leaseMs)} AS lease_guard`
+  return `SELECT pg_try_advisory_xact_lock(${lockKey(names, scope, operation, key)}) AS locked, ${leaseGuard(leaseMs)} AS lease_guard
+${onKeysShard(names, scope, operation, key)}`
 }
+
+/**
+ * A FROM clause that names the key's row but reads nothing of it (`LIMIT 0`): one row, whatever is stored. On Citus a
+ * statement with no table runs on the node the session is connected to; with this one it runs whole on the node
+ * holding the key's shard, so the lock and the lease guard are taken there, the one node every attempt on the key
+ * reaches, whichever node its session is on. On one Postgres it costs a plan node that is never run.
+ */
+const onKeysShard = (names: TableNames, scope = '$1', operation = '$2', key = '$3') =>
+  `FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM ${names.qualified}
+  WHERE scope = ${scope} AND operation = ${operation} AND key = ${key} LIMIT 0) AS on_keys_shard ON true`
 
 /** The key's row, read once the lock statement settled (see {@link lockText}). */
 const lockedLookupText = (names: TableNames) => lockedRow(names)
@@ -62,12 +73,13 @@ const heldLock = (names: TableNames) => `pg_locks l, (SELECT ${lockKey(names)} A
 
 /**
  * How long the holder of the key's lock has been in its transaction, from pg_stat_activity (null when nobody holds
- * it, or when this role may not see the holder's session): what a duplicate's `Retry-After` is estimated from.
+ * it, or when this role may not see the holder's session): what a duplicate's `Retry-After` is estimated from. The
+ * view's function rather than the view, which joins catalog tables (see {@link heldLock}).
  */
 const holderMs = (
   names: TableNames,
 ) => `(SELECT (extract(epoch FROM (clock_timestamp() - min(a.xact_start))) * 1000)::float8
-  FROM pg_stat_activity a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
+  FROM pg_stat_get_activity(NULL) a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
 
 /**
  * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
@@ -88,7 +100,7 @@ FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
 /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
 export function holderQuery(names: TableNames, id: RecordId): Query {
   return {
-    ...statement(names, 'lock_holder', () => `SELECT ${holderMs(names)}`),
+    ...statement(names, 'lock_holder', () => `SELECT ${holderMs(names)} ${onKeysShard(names)}`),
     values: [id.scope, id.operation, id.key],
   }
 }
