@@ -340,7 +340,8 @@ describe('7. crashes and pauses', () => {
         handler: async (ctx) => {
           await pay(key)(ctx)
           const { rows } = await ctx.tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
-          await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid])
+          // ::int: Citus adds a pg_terminate_backend(bigint) for its global pids, so an untyped parameter is ambiguous.
+          await db.pool.query('SELECT pg_terminate_backend($1::int)', [rows[0]!.pid])
           await ctx.tx.query('SELECT 1')
           return { status: 201, body: {} }
         },
