@@ -27,6 +27,28 @@ const withPooler =
   Boolean(process.env.CI) ||
   [process.env.PGBOUNCER_PATH, '/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].some((p) => p && existsSync(p))
 
+// The engine and HTTP contract suites, and the questions only a distributed key table raises (test/citus), run on a
+// real Citus cluster per protocol (test/citus-setup.ts: a coordinator and two workers of Debian's PostgreSQL 15 with
+// Citus), with the key table, the outbox and the business tables distributed by tenant. CI builds Citus (.ci/run);
+// elsewhere these projects are left out, with a line saying why, when it is missing.
+const onCitus = [
+  'test/engine.test.ts',
+  'test/adapters/contract.test.ts',
+  'test/shard-routing.test.ts',
+  'test/layers/inbox-tenant.test.ts',
+  'test/citus/**/*.test.ts',
+]
+// The files of test/citus that pick their protocols themselves, or do not depend on one, run once.
+const citusOnePass = ['test/citus/reaper.test.ts', 'test/citus/outbox.test.ts']
+const citusBindir = process.env.CITUS_PG_BINDIR || '/usr/lib/postgresql/15/bin'
+const citusMissing = !existsSync(`${citusBindir}/postgres`)
+  ? `no PostgreSQL server at ${citusBindir}`
+  : !existsSync(`${citusBindir}/../lib/citus.so`)
+    ? `Citus is not installed into ${citusBindir}/../lib (no citus.so)`
+    : undefined
+const withCitus = Boolean(process.env.CI) || !citusMissing
+if (!withCitus) console.warn(`@oncely/server: the tests on a Citus cluster are left out: ${citusMissing}`)
+
 export default mergeConfig(
   shared,
   defineConfig({
@@ -37,7 +59,7 @@ export default mergeConfig(
           test: {
             name: reservation,
             include: ['test/**/*.test.ts'],
-            exclude: reservation === 'row' ? [] : onePass,
+            exclude: ['test/citus/**', ...(reservation === 'row' ? [] : onePass)],
             env: { ONCELY_TEST_RESERVATION: reservation },
           },
         })),
@@ -58,6 +80,16 @@ export default mergeConfig(
             include: throughPooler,
             globalSetup: ['test/pgbouncer-setup.ts'],
             env: { ONCELY_TEST_RESERVATION: reservation, ONCELY_TEST_POOLER: 'pgbouncer' },
+          },
+        })),
+        ...(withCitus ? PROTOCOLS : []).map((reservation) => ({
+          extends: true as const,
+          test: {
+            name: `${reservation} on citus`,
+            include: onCitus,
+            exclude: reservation === 'row' ? [] : citusOnePass,
+            globalSetup: ['test/citus-setup.ts'],
+            env: { ONCELY_TEST_RESERVATION: reservation, ONCELY_TEST_CITUS: '1' },
           },
         })),
       ],

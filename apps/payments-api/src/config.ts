@@ -69,6 +69,12 @@ export interface Config {
    */
   poolSize: number
   /**
+   * How the database is laid out (`DATABASE_DISTRIBUTION`): `none`, one Postgres, or `citus`, the coordinator of a
+   * Citus cluster: at start-up the API then distributes its tables by tenant (payments, outbox, and oncely's key
+   * table and outbox, co-located), so each request commits on the node holding its tenant. @default 'none'
+   */
+  distribution: 'none' | 'citus'
+  /**
    * The simulated provider's own Postgres (`PROVIDER_DATABASE_URL`): a real provider is another system, which keeps
    * its charges whatever happens to this API's database (a failover, a restore). @default DATABASE_URL
    */
@@ -137,6 +143,13 @@ function pooler(env: Env): 'none' | 'transaction' {
   if (raw === undefined || raw === '' || raw === 'none') return 'none'
   if (raw === 'transaction') return 'transaction'
   throw new ConfigError(`DATABASE_POOLER must be none or transaction; got ${JSON.stringify(raw)}.`)
+}
+
+function distribution(env: Env): 'none' | 'citus' {
+  const raw = env.DATABASE_DISTRIBUTION?.trim()
+  if (raw === undefined || raw === '' || raw === 'none') return 'none'
+  if (raw === 'citus') return 'citus'
+  throw new ConfigError(`DATABASE_DISTRIBUTION must be none or citus; got ${JSON.stringify(raw)}.`)
 }
 
 function postgresUrl(env: Env, name: string): string | undefined {
@@ -215,6 +228,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl,
     pooler: pooler(env),
     poolSize: integer(env, 'DATABASE_POOL_SIZE', 20, 1, 10_000),
+    distribution: distribution(env),
     providerDatabaseUrl: postgresUrl(env, 'PROVIDER_DATABASE_URL') ?? databaseUrl,
     leaseMs: integer(env, 'ONCELY_LEASE_MS', 30_000, 1),
     retentionMs: integer(env, 'ONCELY_RETENTION_MS', 86_400_000, 1),

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { migrate } from '@oncely/server'
+import { distribute, migrate } from '@oncely/server'
 import type pg from 'pg'
 import { PAYMENT_PER_CHARGE } from './ledger.js'
 import { migrateApp } from './migrate.js'
@@ -20,6 +20,12 @@ export interface PrepareOptions {
    * @default false
    */
   unsafeDisableBackstop?: boolean
+  /**
+   * `citus`: `pool` is a Citus coordinator; distribute the tables by tenant once they are migrated (see
+   * {@link distributeByTenant}).
+   * @default 'none'
+   */
+  distribution?: 'none' | 'citus'
 }
 
 /**
@@ -40,7 +46,46 @@ export async function prepareDatabase(
   // Without its natural key, the ledger books whatever reaches it (recordPayment always inserts).
   if (options.unsafeDisableBackstop)
     await pool.query(`ALTER TABLE payments DROP CONSTRAINT IF EXISTS ${PAYMENT_PER_CHARGE}`)
+  if (options.distribution === 'citus') await distributeByTenant(pool)
   return { applied: [...oncely.applied, ...app] }
+}
+
+/**
+ * On a Citus coordinator: `payments` and `outbox` distributed by `tenant_id` in one co-location group, and oncely's
+ * key table and outbox in the same group (`distribute()`, by their scope, which the API sets to the tenant), so a
+ * payment's key record, row and outbox event are on one node and commit there together. `provider_charges` stays a
+ * plain table on the coordinator: it stands for another system, written on the provider's own connections, never in
+ * a request's transaction (give it a database of its own with PROVIDER_DATABASE_URL). Idempotent, and safe from
+ * several instances at once.
+ */
+export async function distributeByTenant(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', ['payments-api:distribute'])
+    for (const [table, colocateWith] of [
+      ['payments', 'default'],
+      ['outbox', 'payments'],
+    ] as const) {
+      const known = await client.query('SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass', [
+        table,
+      ])
+      if (known.rowCount) continue
+      await client.query(`SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)`, [
+        table,
+        colocateWith,
+      ])
+      // Rows written before are copied to the shards; the coordinator's copy is no longer read.
+      await client.query('SELECT truncate_local_data_after_distributing_table($1)', [table])
+    }
+    await client.query('COMMIT')
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  } finally {
+    client.release()
+  }
+  await distribute(pool, { schema: ONCELY_SCHEMA, colocateWith: 'payments' })
 }
 
 /** SQLSTATEs that mean "Postgres is not there yet" rather than "this request is wrong". */

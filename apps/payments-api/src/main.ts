@@ -112,6 +112,7 @@ try {
       prepareDatabase(pool, {
         ...(config.providerDatabaseUrl !== databaseUrl ? { providerPool } : {}),
         unsafeDisableBackstop: config.chaos?.disableBackstop === true,
+        distribution: config.distribution,
       }),
     {
       what: `the database at ${target.host}${target.pathname}`,

@@ -115,12 +115,16 @@ export function createPaymentHandler(options: PaymentHandlerOptions) {
             idempotencyKey: ctx.key || null,
           })
           if (created) {
-            await tx.query('INSERT INTO outbox (id, topic, aggregate_id, payload) VALUES ($1, $2, $3, $4)', [
-              randomUUID(),
-              'payment.succeeded',
-              payment.id,
-              JSON.stringify({ tenantId: state.tenantId, ...payment }),
-            ])
+            await tx.query(
+              'INSERT INTO outbox (id, tenant_id, topic, aggregate_id, payload) VALUES ($1, $2, $3, $4, $5)',
+              [
+                randomUUID(),
+                state.tenantId,
+                'payment.succeeded',
+                payment.id,
+                JSON.stringify({ tenantId: state.tenantId, ...payment }),
+              ],
+            )
           }
           await faults.at('after-business-write')
           return { status: 201, headers: { location: `/v1/payments/${payment.id}` }, body: payment }

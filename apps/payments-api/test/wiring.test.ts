@@ -22,7 +22,7 @@ describe('migrations', () => {
     expect(applied.filter((name) => name === 'payments')).toHaveLength(1)
     expect(applied.filter((name) => name === 'outbox')).toHaveLength(1)
     const { rows } = await db.pool.query('SELECT version FROM payments_api_migrations ORDER BY version')
-    expect(rows.map((row) => row.version)).toEqual([1, 2, 3, 4])
+    expect(rows.map((row) => row.version)).toEqual([1, 2, 3, 4, 5])
   })
 })
 

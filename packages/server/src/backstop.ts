@@ -21,15 +21,37 @@ export interface BackstopOptions<T, Tx = pg.PoolClient> {
 }
 
 function isUniqueViolation(error: unknown, constraint: string): boolean {
-  const e = error as { code?: unknown; constraint?: unknown } | null
-  return e?.code === '23505' && e.constraint === constraint
+  const e = error as { code?: unknown; constraint?: unknown; message?: unknown } | null
+  if (e?.code !== '23505') return false
+  if (e.constraint !== undefined) return e.constraint === constraint
+  // Citus relays a worker's error without its constraint field; the message names the shard's copy of the
+  // constraint, `<name>_<shard id>`, in double quotes.
+  return (
+    typeof e.message === 'string' &&
+    e.message.includes(`"${constraint}_`) &&
+    shardSuffixed(e.message, constraint)
+  )
+}
+
+/** Whether `message` quotes `constraint` followed by `_` and a shard id: `"orders_cart_key_102040"`. */
+function shardSuffixed(message: string, constraint: string): boolean {
+  for (
+    let at = message.indexOf(`"${constraint}_`);
+    at !== -1;
+    at = message.indexOf(`"${constraint}_`, at + 1)
+  ) {
+    if (/^\d+"/.test(message.slice(at + constraint.length + 2))) return true
+  }
+  return false
 }
 
 /**
  * The second line of defence: an idempotency key expires (after `retentionMs`) or is lost, a very late retry arrives
  * as a new request, and the business unique constraint catches it. This maps that unique violation (`23505` on the
  * named constraint, detected by code and constraint name, never by message) to the existing resource. Other errors,
- * including violations of other constraints, are rethrown. Must run inside a transaction (`ctx.tx` is one).
+ * including violations of other constraints, are rethrown. Must run inside a transaction (`ctx.tx` is one). On a
+ * table distributed by Citus, whose relayed error has no constraint name, the name is read from the message, where
+ * Citus gives it with the shard's id appended.
  *
  * @example
  * const { created, value: payment } = await insertOrExisting(ctx.tx, {

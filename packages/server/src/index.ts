@@ -31,6 +31,8 @@ export {
 } from './errors.js'
 export type { CorsHeaderOptions, CorsHeaders } from './http/cors.js'
 export { corsHeaders } from './http/cors.js'
+export type { DistributeOptions, DistributeResult } from './store/citus.js'
+export { distribute } from './store/citus.js'
 export type { Database, Rows, Session, Statement, Step } from './store/database.js'
 export type { MigrateResult, Migration, MigrationTarget } from './store/migrations.js'
 export { DEFAULT_SCHEMA, DEFAULT_TABLE, migrate, migrations, renderMigrations } from './store/migrations.js'

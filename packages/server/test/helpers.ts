@@ -1,8 +1,14 @@
 import { requestFingerprint } from '@oncely/protocol'
-import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import {
+  type CitusTestDatabase,
+  createCitusTestDatabase,
+  createTestDatabase,
+  type TestDatabase,
+} from '@oncely/test-support'
 import pg from 'pg'
 import { inject } from 'vitest'
 import {
+  distribute,
   type EngineEvent,
   type ExecuteInput,
   type ExecutionContext,
@@ -26,10 +32,17 @@ export const reservation: 'row' | 'lock' = process.env.ONCELY_TEST_RESERVATION =
 export const pooled = process.env.ONCELY_TEST_POOLER === 'pgbouncer'
 
 /**
+ * True when this run is on a Citus cluster (vitest.config.ts): {@link setupDatabase} then creates its database there,
+ * with the key table, the outbox and the business tables distributed by tenant and co-located.
+ */
+export const onCitus = process.env.ONCELY_TEST_CITUS === '1'
+
+/**
  * A fresh database with the oncely table, a `payments` business table with no unique constraint (so a duplicate
  * execution shows up as a second row instead of being masked), and `orders` with a natural key for the backstop.
  */
 export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = {}): Promise<TestDatabase> {
+  if (onCitus) return setupCitusDatabase(label, poolOptions)
   const direct = await createTestDatabase(label, { max: 20, ...poolOptions })
   let db = direct
   if (pooled) {
@@ -54,6 +67,30 @@ export async function setupDatabase(label: string, poolOptions: pg.PoolConfig = 
   await db.pool.query(`CREATE TABLE orders (
     id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL,
     CONSTRAINT orders_cart_key UNIQUE (tenant, cart))`)
+  return db
+}
+
+/**
+ * {@link setupDatabase} on the Citus cluster (the run's, or the one whose coordinator `cluster` names): the same tables, with the tenant in the business tables' keys (a
+ * distributed table's unique keys must contain its distribution column), distributed by tenant in few shards (4, two
+ * per worker: enough to spread tenants over both workers, few enough to create quickly), and the key table and the
+ * outbox co-located with them by distribute().
+ */
+export async function setupCitusDatabase(
+  label: string,
+  poolOptions: pg.PoolConfig = {},
+  cluster: string = inject('citusUrl'),
+): Promise<CitusTestDatabase> {
+  const db = await createCitusTestDatabase(label, { cluster, pool: { max: 20, ...poolOptions } })
+  await migrate(db.pool)
+  await db.pool.query(`CREATE TABLE payments (
+    id bigserial, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL, PRIMARY KEY (tenant, id))`)
+  await db.pool.query(`CREATE TABLE orders (
+    id bigserial, tenant text NOT NULL, cart text NOT NULL, PRIMARY KEY (tenant, id),
+    CONSTRAINT orders_cart_key UNIQUE (tenant, cart))`)
+  await db.pool.query("SELECT create_distributed_table('payments', 'tenant', shard_count => 4)")
+  await db.pool.query("SELECT create_distributed_table('orders', 'tenant', colocate_with => 'payments')")
+  await distribute(db.pool, { colocateWith: 'payments' })
   return db
 }
 

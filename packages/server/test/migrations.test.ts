@@ -60,6 +60,43 @@ describe('migrations', () => {
   })
 })
 
+describe('003: the outbox keyed by tenant', () => {
+  it('moves an existing outbox to keys with the scope, keeping its rows, and runs again as a no-op', async () => {
+    // A database migrated by an earlier version: 001 and 002 only, with a message in its outbox.
+    await db.pool.query('CREATE SCHEMA before_003')
+    for (const m of renderMigrations({ schema: 'before_003' }).slice(0, 2)) await db.pool.query(m.sql)
+    await db.pool.query(
+      `CREATE TABLE before_003.oncely_migrations (table_name text NOT NULL, id integer NOT NULL, name text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (table_name, id));
+       INSERT INTO before_003.oncely_migrations (table_name, id, name)
+         VALUES ('idempotency_keys', 1, '001_create_idempotency_keys'), ('idempotency_keys', 2, '002_create_outbox');
+       INSERT INTO before_003.outbox (id, topic, payload) VALUES ('6f1c0d8e-0000-4000-8000-000000000001', 't', '{}')`,
+    )
+    expect((await migrate(db.pool, { schema: 'before_003' })).applied).toEqual(['003_outbox_scope'])
+    // A second key table in the same schema runs 003 again: nothing changes.
+    expect((await migrate(db.pool, { schema: 'before_003', table: 'inbox_keys' })).applied).toHaveLength(3)
+    const { rows } = await db.pool.query('SELECT id, scope, topic FROM before_003.outbox')
+    expect(rows).toEqual([{ id: '6f1c0d8e-0000-4000-8000-000000000001', scope: '', topic: 't' }])
+    const keys = await db.pool.query<{ name: string; def: string }>(
+      `SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS def FROM pg_index
+       WHERE indrelid = 'before_003.outbox'::regclass AND indisunique ORDER BY 1`,
+    )
+    expect(keys.rows.map((k) => k.def.replace(/^.* USING btree /, ''))).toEqual([
+      '(scope, id)',
+      '(scope, seq)',
+    ])
+    // The same id under two scopes is two messages; under one, still refused.
+    await db.pool.query(
+      `INSERT INTO before_003.outbox (id, scope, topic, payload) VALUES ('6f1c0d8e-0000-4000-8000-000000000001', 'other', 't', '{}')`,
+    )
+    await expect(
+      db.pool.query(
+        `INSERT INTO before_003.outbox (id, scope, topic, payload) VALUES ('6f1c0d8e-0000-4000-8000-000000000001', 'other', 't', '{}')`,
+      ),
+    ).rejects.toMatchObject({ code: '23505' })
+  })
+})
+
 describe('engine.verify()', () => {
   it('names the missing table and the fix, and resolves once migrated', async () => {
     const engine = createEngine({

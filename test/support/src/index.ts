@@ -80,6 +80,16 @@ export async function createTestDatabase(
 }
 
 export { CHROMIUM_ARGS, chromiumLaunchOptions, chromiumPath, requireChromium } from './chromium.js'
+export {
+  type CitusCluster,
+  type CitusNode,
+  type CitusTestDatabase,
+  citusBindir,
+  citusMissing,
+  createCitusTestDatabase,
+  requireCitus,
+  startCitusCluster,
+} from './citus.js'
 export { type PgBouncer, type PgBouncerOptions, pgbouncerPath, startPgBouncer } from './pgbouncer.js'
 export {
   type FloodOutcome,

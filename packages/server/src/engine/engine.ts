@@ -8,6 +8,7 @@ import { resolveStore } from '../store/postgres-store.js'
 import * as q from '../store/queries.js'
 import type { Claim, Inspection, ReservationProtocol, ReserveRequest } from '../store/reservation.js'
 import { rowReservation } from '../store/row-reservation.js'
+import { reapBatch } from '../store/shards.js'
 import { verifyStore } from '../store/verify.js'
 import { Attempt, type AttemptEnvironment, type Sent, sentNow } from './attempt.js'
 import { failOpenReservation } from './fail-open.js'
@@ -278,7 +279,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
     let total = 0
     try {
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await database.query(q.reap(store.names, batchSize))).rowCount
+        const deleted = await reapBatch(store, batchSize)
         total += deleted
         if (deleted < batchSize) break
       }

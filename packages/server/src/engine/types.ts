@@ -277,7 +277,11 @@ export interface EngineOptions<Tx = pg.PoolClient> {
 
 /** Options of {@link Engine.reap}. */
 export interface ReapOptions {
-  /** Rows deleted per statement. @default 1_000 */
+  /**
+   * Rows deleted per statement. On a key table distributed by Citus (`distribute()`), the statement runs on every
+   * shard at once, and each deletes up to this many.
+   * @default 1_000
+   */
   batchSize?: number
   /** Stop after this many batches in one call. @default 100 */
   maxBatches?: number

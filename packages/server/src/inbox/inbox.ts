@@ -78,11 +78,29 @@ export interface InboxOptions<Tx = pg.PoolClient> {
  * What an inbox reports. `mismatch`: the message id was consumed before with another payload, so this delivery was
  * not applied. A producer reused an id, or a payload changed in transit: an operator decides which payload is right.
  */
-export type InboxEvent = { type: 'mismatch'; consumer: string; topic: string; messageId: string }
+export type InboxEvent = {
+  type: 'mismatch'
+  consumer: string
+  topic: string
+  messageId: string
+  /** The delivery's `tenant`, when it gave one. */
+  tenant?: string
+}
+
+/**
+ * The key record of one message: scope = consumer, operation = topic, key = message id; or, for a delivery that names
+ * its tenant, scope = tenant and operation = the consumer and topic (as a JSON array, so no two pairs read alike).
+ */
+function recordOf(consumer: string, topic: string, messageId: string, tenant: string | undefined) {
+  return tenant === undefined
+    ? { scope: consumer, operation: topic, key: messageId }
+    : { scope: tenant, operation: JSON.stringify([consumer, topic]), key: messageId }
+}
 
 /** One line for a log: what happened to which message, and what to do about it. */
 export function describeInboxEvent(event: InboxEvent): string {
-  return `oncely inbox: message "${event.messageId}" on "${event.topic}" (consumer "${event.consumer}") was consumed before with another payload; this delivery was not applied. Check the producer; to apply the new payload, delete the record (scope "${event.consumer}", operation "${event.topic}", key "${event.messageId}") and redeliver.`
+  const record = recordOf(event.consumer, event.topic, event.messageId, event.tenant)
+  return `oncely inbox: message "${event.messageId}" on "${event.topic}" (consumer "${event.consumer}"${event.tenant === undefined ? '' : `, tenant "${event.tenant}"`}) was consumed before with another payload; this delivery was not applied. Check the producer; to apply the new payload, delete the record (scope ${JSON.stringify(record.scope)}, operation ${JSON.stringify(record.operation)}, key ${JSON.stringify(record.key)}) and redeliver.`
 }
 
 /** One delivery to consume. */
@@ -91,6 +109,16 @@ export interface ConsumeInput<T, Tx = pg.PoolClient> {
   messageId: string
   /** The subject or event type. Part of the record's identity. @default 'message' */
   topic?: string
+  /**
+   * The tenant whose rows the handler changes. Given, the record is the tenant's (its scope), so on a key table
+   * distributed by Citus (`distribute()`) it lives on the tenant's node and commits there with the handler's writes,
+   * in one single-node transaction; without it every record of the consumer sits on the consumer's node, and a
+   * handler writing a tenant's rows elsewhere commits on two nodes. Keep the choice per consumer: one message
+   * consumed with and without `tenant` is two records.
+   * @default none: the record's scope is the consumer
+   * @example inbox.consume({ messageId: event.id, tenant: event.tenantId, payload: event, handler })
+   */
+  tenant?: string
   /**
    * The message bytes or value. When given, its hash is the record's fingerprint, so the same id with another payload
    * answers `mismatch` instead of silently skipping it. Bytes and strings are hashed exactly as given; any other
@@ -202,10 +230,12 @@ export function createInbox<Tx = pg.PoolClient>(options: InboxOptions<Tx>): Inbo
     }
     if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
     const topic = input.topic ?? 'message'
+    const { tenant } = input
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) {
+      throw new TypeError('Expected `tenant` to be a non-empty string.')
+    }
     const execution: ExecuteInput<Tx> & MarkedInput = {
-      scope: consumer,
-      operation: topic,
-      key: input.messageId,
+      ...recordOf(consumer, topic, input.messageId, tenant),
       fingerprint: payloadFingerprint(input.payload),
       retentionMs,
       ...(leaseMs === undefined ? {} : { leaseMs }),
@@ -233,7 +263,15 @@ export function createInbox<Tx = pg.PoolClient>(options: InboxOptions<Tx>): Inbo
     }
     const outcome: Outcome = await engine.execute(execution)
     const result = toResult<T>(outcome, failureRetryAfterMs)
-    if (result.kind === 'mismatch') report({ type: 'mismatch', consumer, topic, messageId: input.messageId })
+    if (result.kind === 'mismatch') {
+      report({
+        type: 'mismatch',
+        consumer,
+        topic,
+        messageId: input.messageId,
+        ...(tenant === undefined ? {} : { tenant }),
+      })
+    }
     return result
   }
 

@@ -4,6 +4,7 @@ import { positiveInteger } from '../engine/options.js'
 import { asDatabase } from '../store/as-database.js'
 import type { Database } from '../store/database.js'
 import { quoteIdent } from '../store/identifiers.js'
+import { affected, isDistributed, onEveryShard, SHARD } from '../store/shards.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
 import type { OutboxMessage, Publisher } from './types.js'
@@ -115,7 +116,9 @@ function describe(error: unknown): string {
 /**
  * Creates an outbox dispatcher: claims due rows with `FOR UPDATE SKIP LOCKED` under a lease, publishes them, marks
  * them published (fenced by the claim token), retries failures with backoff and dead-letters poison messages.
- * Delivery is at least once: a crash between publish and mark publishes again, with the same `message.id`.
+ * Delivery is at least once: a crash between publish and mark publishes again, with the same `message.id`. On an
+ * outbox distributed by Citus (`distribute()`), it claims tenant by tenant (a statement on each tenant's shard), and
+ * a message's order holds among the messages of its aggregate within its tenant (`enqueue`'s `scope`).
  *
  * @example
  * const dispatcher = createDispatcher({ pool, publisher: jetStreamPublisher({ js }) })
@@ -179,7 +182,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     } catch (error) {
       const delay = Math.max(0, Math.floor(retryDelayMs(row.attempts)))
       const failed = await database.query<{ status: string }>(
-        q.markFailed(table, row.id, token, describe(error), delay, maxAttempts),
+        q.markFailed(table, row, token, describe(error), delay, maxAttempts),
       )
       const status = failed.rows[0]?.status
       if (status === 'dead')
@@ -190,16 +193,34 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       return
     }
     await hooks.afterPublish?.(message)
-    const marked = await database.query(q.markPublished(table, row.id, token))
+    const marked = await database.query(q.markPublished(table, row, token))
     if (marked.rowCount === 1)
       emit({ type: 'published', id: row.id, topic: row.topic, attempt: row.attempts })
     else emit({ type: 'lease_lost', id: row.id })
   }
 
+  /** Buries exhausted rows and claims a batch: in one statement each, or tenant by tenant on a distributed outbox. */
+  async function claimBatch(token: string): Promise<q.ClaimRow[]> {
+    if (!(await isDistributed(database, table))) {
+      await database.query(q.buryExhausted(table, maxAttempts))
+      return (await database.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))).rows
+    }
+    const tenants = await database.query<{ scope: string }>(q.tenantsDue(table, maxAttempts, batchSize))
+    const rows: q.ClaimRow[] = []
+    for (const { scope } of tenants.rows) {
+      if (rows.length >= batchSize) break
+      await database.query(q.buryExhausted(table, maxAttempts, scope))
+      const claimed = await database.query<q.ClaimRow>(
+        q.claim(table, token, batchSize - rows.length, leaseMs, scope),
+      )
+      rows.push(...claimed.rows)
+    }
+    return rows
+  }
+
   async function dispatchOnce(): Promise<number> {
-    await database.query(q.buryExhausted(table, maxAttempts))
     const token = randomUUID()
-    const { rows } = await database.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))
+    const rows = await claimBatch(token)
     rows.sort((a, b) => Number(BigInt(a.seq) - BigInt(b.seq)))
     const results = await Promise.allSettled(rows.map((row) => deliver(row, token)))
     for (const result of results)
@@ -347,8 +368,13 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       const size = positiveInteger('batchSize', purge.batchSize ?? 1_000)
       const maxBatches = positiveInteger('maxBatches', purge.maxBatches ?? 100)
       let total = 0
+      const distributed = await isDistributed(database, table)
       for (let batch = 0; batch < maxBatches; batch++) {
-        const deleted = (await database.query(q.purgePublished(table, olderThanMs, size))).rowCount
+        const deleted = distributed
+          ? (
+              await onEveryShard(database, table, q.purgeText(SHARD, String(olderThanMs), String(size)))
+            ).reduce((sum, tag) => sum + affected(tag), 0)
+          : ((await database.query(q.purgePublished(table, olderThanMs, size))).rowCount ?? 0)
         total += deleted
         if (deleted < size) break
       }

@@ -23,6 +23,15 @@ export interface EnqueueInput {
   headers?: Record<string, string>
   /** Your own id for the message (a UUID). @default a random UUID */
   id?: string
+  /**
+   * The tenant the message belongs to: the key record's scope (`ctx.scope` in an engine handler). On a single
+   * Postgres it is only recorded. On a distributed outbox (Citus, `distribute()`) it is what places the row on the
+   * tenant's node, in the same single-node transaction as the tenant's key record and business rows; without it the
+   * row goes to the empty scope's node, and the transaction spans two nodes.
+   * @default ''
+   * @example enqueue(ctx.tx, { topic: 'payments.created', payload, scope: ctx.scope })
+   */
+  scope?: string
 }
 
 /** Options of {@link enqueue}. */
@@ -82,6 +91,9 @@ export async function enqueue<Tx = pg.ClientBase>(
   ) {
     throw new TypeError('Expected `aggregateKey` to be a non-empty string.')
   }
+  if (input.scope !== undefined && typeof input.scope !== 'string') {
+    throw new TypeError('Expected `scope` to be a string.')
+  }
   for (const [name, value] of Object.entries(input.headers ?? {})) {
     if (typeof value !== 'string') throw new TypeError(`Expected header \`${name}\` to be a string.`)
   }
@@ -94,6 +106,7 @@ export async function enqueue<Tx = pg.ClientBase>(
   await run(
     q.insert(table, channel, {
       id,
+      scope: input.scope ?? '',
       topic: input.topic,
       aggregateKey,
       payload,

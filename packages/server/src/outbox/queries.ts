@@ -18,51 +18,87 @@ export function lockAggregate(table: string, aggregateKey: string): Statement {
 export function insert(
   table: string,
   channel: string,
-  row: { id: string; topic: string; aggregateKey: string | null; payload: string; headers: object },
+  row: {
+    id: string
+    scope: string
+    topic: string
+    aggregateKey: string | null
+    payload: string
+    headers: object
+  },
 ): Statement {
   return {
     text: `WITH inserted AS (
-  INSERT INTO ${table} (id, topic, aggregate_key, payload, headers) VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id
+  INSERT INTO ${table} (id, scope, topic, aggregate_key, payload, headers) VALUES ($1, $7, $2, $3, $4::jsonb, $5)
+  RETURNING id
 ) SELECT pg_notify($6, '') FROM inserted`,
-    values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel],
+    values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel, row.scope],
   }
 }
 
-/** Dead-letters rows whose dispatcher crashed on their last allowed attempt (their lease ran out). */
-export function buryExhausted(table: string, maxAttempts: number): Statement {
+/**
+ * Dead-letters rows whose dispatcher crashed on their last allowed attempt (their lease ran out); of one tenant
+ * when `scope` is given (a distributed outbox, where a statement must stay within one shard).
+ */
+export function buryExhausted(table: string, maxAttempts: number, scope?: string): Statement {
   return {
     text: `UPDATE ${table} SET status = 'dead', claim_token = NULL, claimed_until = NULL,
   last_error = coalesce(last_error, 'claim lease expired on the last attempt')
-WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1`,
-    values: [maxAttempts],
+WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1${scope === undefined ? '' : ' AND scope = $2'}`,
+    values: scope === undefined ? [maxAttempts] : [maxAttempts, scope],
+  }
+}
+
+/**
+ * The tenants with a row to claim or to bury, up to `limit` of them, the oldest message first (no tenant waits
+ * behind others for ever), on a distributed outbox: a read over every shard that locks nothing, after which each
+ * tenant's rows are claimed by a statement on its shard.
+ */
+export function tenantsDue(table: string, maxAttempts: number, limit: number): Statement {
+  return {
+    text: `SELECT scope FROM ${table}
+WHERE status = 'pending' AND (claimed_until IS NULL OR claimed_until <= now())
+  AND (available_at <= now() OR attempts >= $1)
+GROUP BY scope ORDER BY min(seq) LIMIT $2`,
+    values: [maxAttempts, limit],
   }
 }
 
 /**
  * Claims up to `batchSize` due rows for `leaseMs`. A row is skipped while an earlier row of its aggregate is pending
  * (claimed or not), so one aggregate never has two messages in flight. SKIP LOCKED lets dispatchers run side by side.
+ * With `scope`, only that tenant's rows, and its aggregates are the tenant's own (a distributed outbox: Citus runs
+ * FOR UPDATE only in a statement on one shard).
  */
-export function claim(table: string, token: string, batchSize: number, leaseMs: number): Statement {
+export function claim(
+  table: string,
+  token: string,
+  batchSize: number,
+  leaseMs: number,
+  scope?: string,
+): Statement {
+  const [own, ownAggregate] = scope === undefined ? ['', ''] : [' AND o.scope = $4', ' AND p.scope = $4']
   return {
     text: `WITH due AS (
-  SELECT o.id FROM ${table} o
-  WHERE o.status = 'pending' AND o.available_at <= now()
+  SELECT o.scope, o.id FROM ${table} o
+  WHERE o.status = 'pending' AND o.available_at <= now()${own}
     AND (o.claimed_until IS NULL OR o.claimed_until <= now())
     AND (o.aggregate_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} p WHERE p.status = 'pending' AND p.aggregate_key = o.aggregate_key AND p.seq < o.seq))
+      SELECT 1 FROM ${table} p WHERE p.status = 'pending' AND p.aggregate_key = o.aggregate_key AND p.seq < o.seq${ownAggregate}))
   ORDER BY o.seq
   LIMIT $2
   FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE ${table} o SET claim_token = $1, claimed_until = now() + ${ms('$3')}, attempts = o.attempts + 1
-FROM due WHERE o.id = due.id
-RETURNING o.id, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
-    values: [token, batchSize, leaseMs],
+FROM due WHERE o.scope = due.scope AND o.id = due.id
+RETURNING o.id, o.scope, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
+    values: scope === undefined ? [token, batchSize, leaseMs] : [token, batchSize, leaseMs, scope],
   }
 }
 
 export interface ClaimRow {
   id: string
+  scope: string
   topic: string
   aggregate_key: string | null
   payload: unknown
@@ -73,18 +109,18 @@ export interface ClaimRow {
 }
 
 /** Marks a row published, fenced by the claim token: a dispatcher whose lease was taken over changes nothing. */
-export function markPublished(table: string, id: string, token: string): Statement {
+export function markPublished(table: string, row: { scope: string; id: string }, token: string): Statement {
   return {
     text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'`,
-    values: [id, token],
+WHERE scope = $3 AND id = $1 AND claim_token = $2 AND status = 'pending'`,
+    values: [row.id, token, row.scope],
   }
 }
 
 /** Releases a failed row for a later attempt, or dead-letters it once `maxAttempts` is reached; fenced. */
 export function markFailed(
   table: string,
-  id: string,
+  row: { scope: string; id: string },
   token: string,
   error: string,
   delayMs: number,
@@ -94,20 +130,22 @@ export function markFailed(
     text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, last_error = $3,
   available_at = now() + ${ms('$4')},
   status = CASE WHEN attempts >= $5 THEN 'dead' ELSE 'pending' END
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+WHERE scope = $6 AND id = $1 AND claim_token = $2 AND status = 'pending'
 RETURNING status`,
-    values: [id, token, error, delayMs, maxAttempts],
+    values: [row.id, token, error, delayMs, maxAttempts, row.scope],
   }
 }
 
 /** Deletes up to `batchSize` rows published more than `olderThanMs` ago. */
 export function purgePublished(table: string, olderThanMs: number, batchSize: number): Statement {
-  return {
-    text: `DELETE FROM ${table} WHERE id IN (
-  SELECT id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms('$1')}
-  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
-    values: [olderThanMs, batchSize],
-  }
+  return { text: purgeText(table, '$1', '$2'), values: [olderThanMs, batchSize] }
+}
+
+/** The purge's statement on `table` (or a shard's table), with its age and batch size as SQL. */
+export function purgeText(table: string, olderThanMs: string, batchSize: string): string {
+  return `DELETE FROM ${table} WHERE (scope, id) IN (
+  SELECT scope, id FROM ${table} WHERE status = 'published' AND published_at <= now() - ${ms(olderThanMs)}
+  LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)`
 }
 
 /** Puts dead-lettered rows back in the queue with a fresh attempt budget. */

@@ -38,10 +38,21 @@ export function lock(names: TableNames, id: RecordId, leaseGuardMs: number): Sta
     'lock',
     ['text', 'text', 'text', 'text'],
     () =>
-      `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, ${SERVER}`,
+      `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, ${SERVER}
+${onKeysShard(names)}`,
     [id.scope, id.operation, id.key, String(leaseGuardMs)],
   )
 }
+
+/**
+ * A FROM clause that names the key's row but reads nothing of it (`LIMIT 0`): one row, whatever is stored. On Citus a
+ * statement with no table runs on the node the session is connected to; with this one it runs whole on the node
+ * holding the key's shard, so the lock and the lease guard are taken there, the one node every attempt on the key
+ * reaches, whichever node its session is on. On one Postgres it costs a plan node that is never run.
+ */
+const onKeysShard = (names: TableNames) =>
+  `FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM ${names.qualified}
+  WHERE ${PK} LIMIT 0) AS on_keys_shard ON true`
 
 /** The key's row, read by the statement after {@link lock}. */
 export function lockedLookup(names: TableNames, id: RecordId): Statement {
@@ -62,21 +73,24 @@ const lockedRow = (names: TableNames) =>
 
 /**
  * The key's advisory lock as pg_locks lists it, granted to someone: Postgres shows a bigint advisory lock as its
- * high and low 32 bits (`classid`, `objid`) with `objsubid` 1.
+ * high and low 32 bits (`classid`, `objid`) with `objsubid` 1. The database's oid comes from this session's own
+ * activity row rather than from pg_database: on Citus a statement that reads a catalog table is planned apart from
+ * the key's shard, and would read pg_locks on the coordinator, where the lock is not.
  */
 const heldLock = (names: TableNames) => `pg_locks l, (SELECT ${lockKey(names)} AS h) AS k
   WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))
     AND l.classid = ((k.h >> 32) & 4294967295)::oid AND l.objid = (k.h & 4294967295)::oid`
 
 /**
  * How long the holder of the key's lock has been in its transaction, from pg_stat_activity (null when nobody holds
- * it, or when this role may not see the holder's session): what a duplicate's `Retry-After` is estimated from.
+ * it, or when this role may not see the holder's session): what a duplicate's `Retry-After` is estimated from. The
+ * view's function rather than the view, which joins catalog tables (see {@link heldLock}).
  */
 const holderMs = (
   names: TableNames,
 ) => `(SELECT (extract(epoch FROM (clock_timestamp() - min(a.xact_start))) * 1000)::float8
-  FROM pg_stat_activity a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
+  FROM pg_stat_get_activity(NULL) a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
 
 /**
  * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
@@ -95,11 +109,13 @@ FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
 
 /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
 export function holder(names: TableNames, id: RecordId): Statement {
-  return named(names, 'lock_holder', ['text', 'text', 'text'], () => `SELECT ${holderMs(names)}`, [
-    id.scope,
-    id.operation,
-    id.key,
-  ])
+  return named(
+    names,
+    'lock_holder',
+    ['text', 'text', 'text'],
+    () => `SELECT ${holderMs(names)} ${onKeysShard(names)}`,
+    [id.scope, id.operation, id.key],
+  )
 }
 
 /** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
@@ -160,7 +176,7 @@ function finishText(names: TableNames, fenced: boolean): string {
   const t = names.qualified
   const fence = fenced
     ? ours('$10', '$11', '$14')
-    : '$10::text IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
+    : '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
   return `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
@@ -172,6 +188,8 @@ ON CONFLICT (scope, operation, key) DO UPDATE SET
   })}`
 }
 
+// The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
+// that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
 const FINISH_TYPES = [
   'text',
   'text',
@@ -182,7 +200,7 @@ const FINISH_TYPES = [
   'jsonb',
   'bytea',
   'jsonb',
-  'text',
+  'timestamptz',
   'text',
   'float8',
   'integer',

@@ -111,13 +111,23 @@ export function isFenceError(error: unknown): boolean {
 }
 
 /**
+ * What an upsert's DO UPDATE clause uses for `now()`: the proposed row's `updated_at`, which every INSERT of the
+ * engine sets to `now()`, so the value is the same. Citus refuses any function that is not IMMUTABLE in the DO UPDATE
+ * SET and WHERE of an INSERT into a distributed table (it evaluates stable functions once, before sending the
+ * statement to the shard, and cannot do so in a clause it only runs there); a column of `excluded` it accepts.
+ */
+export const UPSERT_NOW = 'excluded.updated_at'
+
+/**
  * The SET list of an upsert that makes an existing row `k` into the row its INSERT proposed (`excluded`): the
  * reservation, the lock protocol's first recovery point and its finished record all replace a row this way, so the
  * rules live here once. A row that had expired starts over (new `created_at` and expiry); a live one keeps its
  * history and its first expiry, extended when needed to outlive the new lease. `status`, `attempts` and
- * `recovery_point` are what differs between the three, as SQL over `k` and `excluded`.
+ * `recovery_point` are what differs between the three, as SQL over `k` and `excluded`; the time is
+ * {@link UPSERT_NOW}.
  */
 export function replaceRow(set: { status: string; attempts: string; recoveryPoint: string }): string {
+  const now = UPSERT_NOW
   return `status = ${set.status},
   fingerprint = excluded.fingerprint,
   lock_token = excluded.lock_token,
@@ -126,16 +136,16 @@ export function replaceRow(set: { status: string; attempts: string; recoveryPoin
   response_status = excluded.response_status,
   response_headers = excluded.response_headers,
   response_body = excluded.response_body,
-  updated_at = now(),
+  updated_at = ${now},
   attempts = ${set.attempts},
   recovery_point = ${set.recoveryPoint},
-  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
-  expires_at = CASE WHEN k.expires_at <= now() THEN excluded.expires_at
+  created_at = CASE WHEN k.expires_at <= ${now} THEN excluded.created_at ELSE k.created_at END,
+  expires_at = CASE WHEN k.expires_at <= ${now} THEN excluded.expires_at
                     ELSE greatest(k.expires_at, excluded.locked_until) END`
 }
 
 /** A live row keeps the recovery point an earlier attempt saved; an expired one starts without. */
-export const KEEP_RECOVERY_POINT = 'CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END'
+export const KEEP_RECOVERY_POINT = `CASE WHEN k.expires_at <= ${UPSERT_NOW} THEN NULL ELSE k.recovery_point END`
 
 /**
  * Bounds how long the attempt's transaction may sit idle: Postgres ends the session of a holder that stopped while
@@ -150,9 +160,18 @@ export const leaseGuard = (leaseMs: string) =>
 /**
  * True when Postgres ended the session because the transaction sat idle past the lease guard: the attempt's
  * transaction is gone (rolled back), and with it its hold on the key.
+ *
+ * On Citus, also when the coordinator reports that the transaction's connection to the worker holding the key's
+ * shard ended (08006, "connection to the remote node ..."): under the lock protocol the lease guard is armed on that
+ * worker (the statement that arms it runs there, with the key's lock), so this is how a lapsed lease reaches the
+ * attempt; a worker's restart reads the same. Either way the worker's part of the transaction is gone.
  */
 export function isLeaseLost(error: unknown): boolean {
-  return (error as { code?: unknown } | undefined)?.code === '25P03'
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  if (code === '25P03') return true
+  return (
+    code === '08006' && typeof message === 'string' && message.startsWith('connection to the remote node')
+  )
 }
 
 /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
@@ -205,11 +224,12 @@ export function forget(names: TableNames, id: RecordId): Statement {
  * key) run at once without waiting on each other; the outer expiry check re-tests rows changed meanwhile.
  */
 export function reap(names: TableNames, batchSize: number): Statement {
-  const t = names.qualified
-  return {
-    text: `DELETE FROM ${t} WHERE ctid IN (
-  SELECT ctid FROM ${t} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED
-) AND expires_at <= now()`,
-    values: [batchSize],
-  }
+  return { text: reapText(names.qualified, '$1'), values: [batchSize] }
+}
+
+/** The reaper's statement on `table` (a qualified name, or a shard's), deleting up to `limit` (SQL) rows. */
+export function reapText(table: string, limit: string): string {
+  return `DELETE FROM ${table} WHERE ctid IN (
+  SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT ${limit} FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()`
 }

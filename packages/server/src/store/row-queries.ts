@@ -15,6 +15,7 @@ import {
   replaceRow,
   SERVER,
   sqlConstant,
+  UPSERT_NOW,
 } from './queries.js'
 
 /** What the reservation stores about the request. */
@@ -43,28 +44,33 @@ export interface ReserveArgs {
  * request. That is safe: WAL is flushed in order, so the reservation is durable no later than the business
  * transaction that completes it; if Postgres crashes before, the lost reservation only frees the key, and nothing
  * that depended on it can have committed. A duplicate may have seen it and answered 409, which is retryable.
+ *
+ * The INSERT's condition reads the key's row itself rather than `existing` (one snapshot, so the same row): Citus
+ * sends a CTE's result to every worker when an INSERT ... SELECT reads it, which made every tenant's reservation fail
+ * while any worker was down. `existing` is MATERIALIZED so that Citus, which runs a statement's CTEs one after the
+ * other, still reads the row before the INSERT changes it, as one Postgres does.
  */
 function reserveText(names: TableNames): string {
   const t = names.qualified
-  return `WITH existing AS (
+  return `WITH existing AS MATERIALIZED (
   SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
 ), reserved AS (
   INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
     attempts, created_at, updated_at, expires_at)
   SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
   WHERE NOT EXISTS (
-    SELECT 1 FROM existing e WHERE NOT e.expired AND (e.fingerprint <> $4
-      OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.lease_remaining_ms > 0))
+    SELECT 1 FROM ${t} e WHERE ${PK.replaceAll(/(\w+) = /g, 'e.$1 = ')} AND e.expires_at > now() AND (e.fingerprint <> $4
+      OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.locked_until > now()))
   )
   ON CONFLICT (scope, operation, key) DO UPDATE SET
   ${replaceRow({
     status: 'excluded.status',
-    attempts: 'CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END',
+    attempts: `CASE WHEN k.expires_at <= ${UPSERT_NOW} THEN 1 ELSE k.attempts + 1 END`,
     recoveryPoint: KEEP_RECOVERY_POINT,
   })}
-  WHERE k.expires_at <= now()
+  WHERE k.expires_at <= ${UPSERT_NOW}
      OR (k.fingerprint = excluded.fingerprint
-         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= now())))
+         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= ${UPSERT_NOW})))
   RETURNING k.attempts, k.recovery_point,
     (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
 )

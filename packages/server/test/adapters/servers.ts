@@ -82,7 +82,8 @@ async function createPayment(
   if (body.fail === 'terminate') {
     // The store goes away under the attempt after the handler answered: its commit cannot happen (503).
     const { rows } = await ctx.tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
-    await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid])
+    // ::int: Citus adds a pg_terminate_backend(bigint) for its global pids, so an untyped parameter is ambiguous.
+    await pool.query('SELECT pg_terminate_backend($1::int)', [rows[0]!.pid])
     return { status: 201, headers: {}, body: { terminated: true } }
   }
   if (body.decline) {
