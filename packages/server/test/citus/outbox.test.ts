@@ -59,7 +59,7 @@ const statusOf = async (topic: string) =>
 
 describe('the outbox on a Citus cluster', () => {
   it('refuses the single-Postgres claim through the coordinator (a FOR UPDATE across shards)', async () => {
-    const { text, values } = claim('oncely.outbox', crypto.randomUUID(), 10, 1_000)
+    const { text, values } = claim('oncely.outbox', crypto.randomUUID(), 10, 1_000, null)
     await expect(db.pool.query(text, [...values])).rejects.toMatchObject({
       message: 'could not run distributed query with FOR UPDATE/SHARE commands',
     })
