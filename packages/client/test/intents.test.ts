@@ -423,13 +423,26 @@ describe('bodies', () => {
 })
 
 describe('keys', () => {
-  it('falls back to getRandomValues when crypto.randomUUID is missing (insecure origins, old Hermes)', () => {
+  const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+  it('mints unique version 7 UUIDs that sort by time, with the milliseconds in their first 48 bits', () => {
+    const keys = Array.from({ length: 1_000 }, (_, i) => randomKey(1_796_000_000_000 + i))
+    expect(new Set(keys).size).toBe(1_000)
+    for (const key of keys) expect(key).toMatch(V7)
+    expect([...keys].sort()).toEqual(keys)
+    const ms = (key: string) => Number.parseInt(key.replace(/-/g, '').slice(0, 12), 16)
+    expect(ms(keys[0]!)).toBe(1_796_000_000_000)
+    // Until the year 10889 the time fits its 48 bits.
+    expect(ms(randomKey(2 ** 48 - 1))).toBe(2 ** 48 - 1)
+    expect(randomKey()).toMatch(V7)
+  })
+
+  it('needs only getRandomValues (crypto.randomUUID is missing on insecure origins and old Hermes)', () => {
     const real = globalThis.crypto
     vi.stubGlobal('crypto', { getRandomValues: (a: Uint8Array) => real.getRandomValues(a) })
-    const keys = new Set(Array.from({ length: 100 }, randomKey))
+    const keys = new Set(Array.from({ length: 100 }, () => randomKey()))
     expect(keys.size).toBe(100)
-    for (const key of keys)
-      expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    for (const key of keys) expect(key).toMatch(V7)
   })
 })
 

@@ -21,7 +21,8 @@ const markdownFiles = execFileSync(
   },
 )
   .split('\n')
-  .filter((file) => file !== '' && !file.includes('node_modules/'))
+  // API reports (packages/*/api/*.api.md, written by API Extractor) are declarations to review, not examples to run.
+  .filter((file) => file !== '' && !file.includes('node_modules/') && !file.endsWith('.api.md'))
 
 const snippets: Snippet[] = markdownFiles.flatMap((file) =>
   extractSnippets(readFileSync(path.join(root, file), 'utf8'), file),
