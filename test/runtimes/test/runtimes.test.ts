@@ -1,15 +1,20 @@
 // The Fetch adapter (@oncely/server/fetch, as built) in the runtimes its README names, each a real process serving
 // fixtures/payments.ts over a real socket against the real Postgres: a Next.js App Router route handler under
 // `next start` (one `next build` for the file), Bun.serve and Deno.serve from the npm packages `bun` and `deno`. Each
-// runs the HTTP contract's core cases under both reservation protocols: replay, 422 for another payload, 409 while in
+// (and a Cloudflare Worker on workerd, from the npm package `workerd`, bundled as wrangler would) runs the HTTP
+// contract's core cases under both reservation protocols: replay, 422 for another payload, 409 while in
 // flight, one execution under concurrent duplicates, and a crash mid-handler (the runtime's process killed with
 // SIGKILL) that leaves no write and a retry that completes. Effects are counted for the cart (the key) under test.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { migrate } from '@oncely/server'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import { build } from 'esbuild'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
@@ -20,6 +25,7 @@ const nextBin = require.resolve('next/dist/bin/next')
 // Each package's postinstall (allowed in pnpm-workspace.yaml) links the binary its platform package ships here.
 const bunBin = `${root}node_modules/bun/bin/bun.exe`
 const denoBin = `${root}node_modules/deno/deno`
+const workerdBin = `${root}node_modules/workerd/bin/workerd`
 
 /** The lease of the fixture's engine: under 'row', how long a crashed attempt's key stays taken. */
 const LEASE_MS = 2_000
@@ -38,8 +44,8 @@ interface Runtime {
   missing(): string | undefined
   /** Done once before the first server starts (Next.js builds the app). */
   prepare?(): Promise<void>
-  /** How to start its server on `port`. */
-  command(port: number): Command
+  /** How to start its server on `port`, with the app's environment. */
+  command(port: number, env: Record<string, string>): Command
 }
 
 /** Why `file` cannot run here (it is absent, or `--version` fails), or undefined. */
@@ -76,6 +82,62 @@ function buildNext(): Promise<void> {
   return built
 }
 
+/** Where the Worker's bundle and its workerd configurations are written, for this run. */
+let workerDir: string | undefined
+afterAll(() => {
+  if (workerDir) rmSync(workerDir, { recursive: true, force: true })
+})
+
+/** Bundles the Worker as wrangler does: the Workers conditions (pg's socket on `cloudflare:sockets`), Node's
+ * built-ins left to workerd, and require() of them (from pg, which is CommonJS) through node:module. */
+let bundled: Promise<unknown> | undefined
+async function bundleWorker(): Promise<void> {
+  workerDir ??= mkdtempSync(join(tmpdir(), 'oncely-workerd-'))
+  bundled ??= build({
+    entryPoints: [`${root}fixtures/workerd.ts`],
+    outfile: join(workerDir, 'worker.js'),
+    bundle: true,
+    format: 'esm',
+    platform: 'node',
+    conditions: ['workerd', 'worker'],
+    external: ['cloudflare:sockets'],
+    banner: { js: "import { createRequire } from 'node:module'; const require = createRequire('/');" },
+    logLevel: 'error',
+  })
+  await bundled
+}
+
+let configs = 0
+/**
+ * A workerd configuration serving the Worker on `port`, with the app's environment as text bindings (workerd puts
+ * them in process.env). Its outbound network allows loopback: workerd's default one refuses 127.0.0.1:5432.
+ */
+function workerdConfig(port: number, env: Record<string, string>): string {
+  const bindings = Object.entries(env)
+    .map(([name, value]) => `(name = ${JSON.stringify(name)}, text = ${JSON.stringify(value)})`)
+    .join(', ')
+  const file = join(workerDir!, `config-${++configs}.capnp`)
+  writeFileSync(
+    file,
+    `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [
+    (name = "main", worker = .worker),
+    (name = "loopback", network = (allow = ["local"])),
+  ],
+  sockets = [(name = "http", address = "127.0.0.1:${port}", http = (), service = "main")],
+);
+const worker :Workerd.Worker = (
+  modules = [(name = "worker", esModule = embed "worker.js")],
+  compatibilityDate = "2026-11-01",
+  globalOutbound = "loopback",
+  bindings = [${bindings}],
+);
+`,
+  )
+  return file
+}
+
 const runtimes: Runtime[] = [
   {
     name: 'Next.js route handler (next start)',
@@ -97,6 +159,16 @@ const runtimes: Runtime[] = [
     name: 'Deno.serve',
     missing: () => cannotRun(denoBin),
     command: () => ({ file: denoBin, args: ['run', '--allow-all', 'fixtures/deno.ts'], cwd: root }),
+  },
+  {
+    name: 'Cloudflare Worker (workerd)',
+    missing: () => cannotRun(workerdBin),
+    prepare: bundleWorker,
+    command: (port, env) => ({
+      file: workerdBin,
+      args: ['serve', workerdConfig(port, env)],
+      cwd: workerDir!,
+    }),
   },
 ]
 
@@ -133,19 +205,17 @@ async function startServer(runtime: Runtime, db: TestDatabase, reservation: 'row
   const session = `oncely-runtime-${process.pid}-${++started}`
   const url = new URL(db.url)
   url.searchParams.set('application_name', session)
-  const { file, args, cwd } = runtime.command(port)
+  const app = {
+    PORT: String(port),
+    DATABASE_URL: url.toString(),
+    ONCELY_RESERVATION: reservation,
+    ONCELY_LEASE_MS: String(LEASE_MS),
+    ONCELY_RUNTIME: runtime.name,
+  }
+  const { file, args, cwd } = runtime.command(port, app)
   const child: ChildProcess = spawn(file, args, {
     cwd,
-    env: {
-      ...process.env,
-      PORT: String(port),
-      DATABASE_URL: url.toString(),
-      ONCELY_RESERVATION: reservation,
-      ONCELY_LEASE_MS: String(LEASE_MS),
-      ONCELY_RUNTIME: runtime.name,
-      NEXT_TELEMETRY_DISABLED: '1',
-      DENO_NO_UPDATE_CHECK: '1',
-    },
+    env: { ...process.env, ...app, NEXT_TELEMETRY_DISABLED: '1', DENO_NO_UPDATE_CHECK: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
