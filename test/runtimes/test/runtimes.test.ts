@@ -1,10 +1,14 @@
 // The Fetch adapter (@oncely/server/fetch, as built) in the runtimes its README names, each a real process serving
 // fixtures/payments.ts over a real socket against the real Postgres: a Next.js App Router route handler under
-// `next start` (one `next build` for the file), Bun.serve and Deno.serve from the npm packages `bun` and `deno`. Each
-// (and a Cloudflare Worker on workerd, from the npm package `workerd`, bundled as wrangler would) runs the HTTP
-// contract's core cases under both reservation protocols: replay, 422 for another payload, 409 while in
-// flight, one execution under concurrent duplicates, and a crash mid-handler (the runtime's process killed with
-// SIGKILL) that leaves no write and a retry that completes. Effects are counted for the cart (the key) under test.
+// `next start` (one `next build` for the file), Bun.serve and Deno.serve from the npm packages `bun` and `deno`, and
+// a Cloudflare Worker on workerd (the npm package `workerd`, the Worker bundled as wrangler would). Each runs the
+// HTTP contract's core cases under both reservation protocols: replay, 422 for another payload, 409 while in flight,
+// one execution under concurrent duplicates, and a crash mid-handler (the runtime's process killed with SIGKILL)
+// that leaves no write and a retry that completes. Effects are counted for the cart (the key) under test.
+//
+// Each imports the package by its name through its `import` export, the built dist (turbo builds it before this
+// test). The `@oncely/source` condition would work in Bun (`bun --conditions=@oncely/source`), and in Deno only with
+// `--unstable-sloppy-imports` (the sources import `.js` names of `.ts` files); an application gets the dist.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -28,7 +32,7 @@ const denoBin = `${root}node_modules/deno/deno`
 const workerdBin = `${root}node_modules/workerd/bin/workerd`
 
 /** The lease of the fixture's engine: under 'row', how long a crashed attempt's key stays taken. */
-const LEASE_MS = 2_000
+const LEASE_MS = 3_000
 /** A bound on every wait of this file: a server coming up, a backend going away, a key freed after a crash. */
 const WAIT_MS = 30_000
 
