@@ -229,7 +229,14 @@ async function startServer(runtime: Runtime, db: TestDatabase, reservation: 'row
   child.stderr?.on('data', (chunk) => {
     output += chunk
   })
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  // 'error' without 'exit' when the binary could not be started at all.
+  const exited = new Promise<void>((resolve) => {
+    child.once('exit', () => resolve())
+    child.once('error', (error) => {
+      output += `\n${error.message}`
+      resolve()
+    })
+  })
   const kill = async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     await exited
@@ -238,7 +245,9 @@ async function startServer(runtime: Runtime, db: TestDatabase, reservation: 'row
   try {
     // Up once it answers anything (the fixture's /health; a 404 page on Next.js).
     await waitFor(`${runtime.name} listening`, async () => {
-      if (child.exitCode !== null) throw new Error(`${runtime.name} exited (${child.exitCode}):\n${output}`)
+      if (child.exitCode !== null || child.pid === undefined) {
+        throw new Error(`${runtime.name} did not start (exit ${child.exitCode}):\n${output}`)
+      }
       return fetch(`${base}/health`).then(
         () => true,
         () => false,
