@@ -24,8 +24,10 @@ export type {
   StoredResponse,
 } from './engine/types.js'
 export {
+  isOncelyServerError,
   isResponseTooLargeError,
   isStoreSetupError,
+  OncelyServerError,
   ResponseTooLargeError,
   StoreSetupError,
 } from './errors.js'

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
+import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
 
 /** Options of {@link jetStreamPublisher}. */
@@ -17,7 +18,7 @@ export interface JetStreamPublisherOptions {
  * the client reports as `JetStreamNotEnabled`; this error names the subject and the fix instead (the original is
  * its `cause`).
  */
-export class NoStreamForSubjectError extends Error {
+export class NoStreamForSubjectError extends OncelyServerError {
   override name = 'NoStreamForSubjectError' as const
   /** The subject no stream covers. */
   readonly subject: string
@@ -28,6 +29,11 @@ export class NoStreamForSubjectError extends Error {
     )
     this.subject = subject
   }
+}
+
+/** True for a {@link NoStreamForSubjectError}, also across bundles. */
+export function isNoStreamForSubjectError(error: unknown): error is NoStreamForSubjectError {
+  return error instanceof NoStreamForSubjectError || nameOf(error) === 'NoStreamForSubjectError'
 }
 
 /**
