@@ -6,15 +6,14 @@ import { describe, expect, it } from 'vitest'
 import {
   canonicalJson,
   formatRetryAfter,
-  isValidKey,
   JsonSyntaxError,
   type KeyErrorCode,
-  MAX_KEY_LENGTH,
   parseIdempotencyKey,
   parseRetryAfter,
   parseStrictJson,
   requestFingerprint,
 } from '../src/index.js'
+import { isValidKey, MAX_KEY_LENGTH } from '../src/key.js'
 
 const SEED = seedFromEnv(process.env.ONCELY_PROPERTY_SEED)
 

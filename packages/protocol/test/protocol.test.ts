@@ -11,8 +11,8 @@ import {
   parseStrictJson,
   problem,
   requestFingerprint,
-  sha256Hex,
 } from '../src/index.js'
+import { sha256Hex } from '../src/sha256.js'
 
 describe('parseIdempotencyKey', () => {
   it('accepts bare and RFC 8941 quoted keys', () => {
