@@ -23,6 +23,8 @@ export interface CallbackLibrary<Tx> {
    * library, of at most a few connections).
    */
   side(statement: Statement): Promise<Rows>
+  /** Runs `work` in a savepoint of `tx` by the library's own means (see `Database.savepoint`), when it has them. */
+  savepoint?<T>(tx: Tx, work: (tx: Tx) => Promise<T>): Promise<T>
   /** A cheap shape check of the library's transaction objects. */
   isTransaction(tx: unknown): tx is Tx
 }
@@ -54,6 +56,7 @@ export function callbackDatabase<Tx>(lib: CallbackLibrary<Tx>): Database<Tx> {
     side: (statement) => lib.side(statement) as Promise<Rows<never>>,
     execute: (tx, statement) => lib.execute(tx, statement) as Promise<Rows<never>>,
     transaction: (work) => lib.transaction(work),
+    ...(lib.savepoint ? { savepoint: lib.savepoint.bind(lib) } : {}),
     isTransaction: (tx): tx is Tx => lib.isTransaction(tx),
     // These libraries do not report the loss of an idle connection; a lost one shows in the next statement.
     onConnectionLost: () => {},
@@ -69,6 +72,8 @@ class CallbackSession<Tx> implements Session<Tx> {
   /** The library's transaction, settled once it committed or rolled back. */
   #done: Promise<void> | undefined
   #marker: Rollback | undefined
+  /** Set when the library's transaction ended before the session's COMMIT or ROLLBACK, with why. */
+  #ended: { error: unknown } | undefined
 
   constructor(lib: CallbackLibrary<Tx>) {
     this.#lib = lib
@@ -94,7 +99,11 @@ class CallbackSession<Tx> implements Session<Tx> {
 
   #statement(statement: Statement): Promise<Rows> {
     // Outside a transaction the session holds nothing: the statement runs on its own.
-    return this.#tx === undefined ? this.#lib.query(statement) : this.#lib.execute(this.#tx, statement)
+    if (this.#tx === undefined) return this.#lib.query(statement)
+    // The library ended the transaction on its own (its connection was lost): nothing more is sent through it, as a
+    // library may send it on a connection it has opened again since, outside the transaction.
+    if (this.#ended) return Promise.reject(this.#ended.error)
+    return this.#lib.execute(this.#tx, statement)
   }
 
   async #begin(): Promise<void> {
@@ -113,6 +122,13 @@ class CallbackSession<Tx> implements Session<Tx> {
       await ended
     })
     this.#done = done
+    this.#ended = undefined
+    done.then(
+      () => {},
+      (error: unknown) => {
+        if (this.#done === done && !isRollback(error, marker)) this.#ended = { error }
+      },
+    )
     // The library may fail to begin (no connection, a dead server) before it ever calls back.
     this.#tx = await Promise.race([
       begun,
@@ -128,6 +144,11 @@ class CallbackSession<Tx> implements Session<Tx> {
     }
     this.#done = undefined
     this.#tx = undefined
+    const lost = this.#ended
+    this.#ended = undefined
+    // A transaction the library already ended is not settled again (postgres.js would send its ROLLBACK on a
+    // connection that is gone): it is over, and why is the answer.
+    if (lost) throw lost.error
     if (commit) this.#end?.commit()
     else this.#end?.rollback()
     this.#end = undefined

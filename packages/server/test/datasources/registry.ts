@@ -3,7 +3,9 @@
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
 import pg from 'pg'
+import postgres, { type TransactionSql } from 'postgres'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { postgresJs } from '../../src/postgres-js/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -53,9 +55,33 @@ function nodePostgresUnderTest(url: string): Promise<DatasourceUnderTest<pg.Pool
   })
 }
 
+async function postgresJsUnderTest(url: string): Promise<DatasourceUnderTest<TransactionSql>> {
+  const options = { max: 10, onnotice: () => {} }
+  const sql = postgres(url, options)
+  const secondSql = postgres(url, { ...options, max: 5 })
+  return {
+    database: postgresJs({ sql }),
+    second: postgresJs({ sql: secondSql }),
+    async pay(tx, cart) {
+      const on = sabotaged ? sql : tx
+      await on`INSERT INTO payments (tenant, cart, amount) VALUES (${'t'}, ${cart}, 100)`
+    },
+    async payments(cart) {
+      const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments WHERE cart = ${cart}`
+      return row?.n ?? 0
+    },
+    async close() {
+      // postgres.js 3.4 waits forever to end a connection that Postgres closed under a statement (an attempt that
+      // stalled past its lease): the timeout ends such connections.
+      await Promise.all([sql.end({ timeout: 1 }), secondSql.end({ timeout: 1 })])
+    },
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
+  'postgres-js': postgresJsUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */

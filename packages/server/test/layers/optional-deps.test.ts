@@ -93,4 +93,12 @@ describe('optional dependencies stay behind their subpath', () => {
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
     expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
+
+  it('only its own subpath loads postgres.js', () => {
+    const isPostgresJs = (specifier: string) => specifier === 'postgres'
+    const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/fastify', '@oncely/server/outbox'])
+    expect(loaded).toContain('@oncely/server/outbox')
+    expect(loaded.filter(isPostgresJs)).toEqual([])
+    expect(specifiersLoadedBy(['@oncely/server/postgres-js']).filter(isPostgresJs)).toEqual(['postgres'])
+  })
 })
