@@ -15,6 +15,7 @@ export default defineConfig({
     jobs: 'src/jobs/index.ts',
     otel: 'src/otel/index.ts',
     'postgres-js': 'src/postgres-js/index.ts',
+    drizzle: 'src/drizzle/index.ts',
     testing: 'src/testing/index.ts',
   },
   format: ['esm', 'cjs'],

@@ -1,6 +1,6 @@
 // The postgres.js datasource: the seam over a `postgres()` instance (v3), through callback-database.ts. The handler's
 // transaction is the `TransactionSql` of `sql.begin(async (tx) => ...)`.
-import postgres, { type Sql, type TransactionSql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'
 
@@ -56,8 +56,12 @@ export function postgresJs(options: PostgresJsOptions): Database<TransactionSql>
   let database = databases.get(sql)
   if (database && side === undefined) return database
   let lane = side
-  const sideSql = () => {
-    lane ??= postgres({ ...sql.options, max: SIDE_CONNECTIONS, idle_timeout: SIDE_IDLE_SECONDS } as never)
+  // Imported when first used, so that the Drizzle datasource over node-postgres never loads postgres.js.
+  const sideSql = async () => {
+    if (!lane) {
+      const { default: postgres } = await import('postgres')
+      lane ??= postgres({ ...sql.options, max: SIDE_CONNECTIONS, idle_timeout: SIDE_IDLE_SECONDS } as never)
+    }
     return lane
   }
   database = callbackDatabase<TransactionSql>({
@@ -66,8 +70,8 @@ export function postgresJs(options: PostgresJsOptions): Database<TransactionSql>
     transaction: (work) => sql.begin((tx) => work(tx)) as Promise<never>,
     execute: (tx, statement) => runOn(tx, sql, statement),
     query: (statement) => runOn(sql, sql, statement),
-    side: (statement) => {
-      const on = sideSql()
+    side: async (statement) => {
+      const on = await sideSql()
       return runOn(on, on, statement)
     },
     savepoint: (tx, work) => tx.savepoint((inner) => work(inner)) as Promise<never>,

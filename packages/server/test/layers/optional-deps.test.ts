@@ -94,11 +94,15 @@ describe('optional dependencies stay behind their subpath', () => {
     expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
 
-  it('only its own subpath loads postgres.js', () => {
+  it('only their own subpaths load postgres.js and Drizzle (and Drizzle over node-postgres no postgres.js)', () => {
     const isPostgresJs = (specifier: string) => specifier === 'postgres'
+    const isDrizzle = (specifier: string) => specifier.startsWith('drizzle-orm')
     const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/fastify', '@oncely/server/outbox'])
     expect(loaded).toContain('@oncely/server/outbox')
-    expect(loaded.filter(isPostgresJs)).toEqual([])
-    expect(specifiersLoadedBy(['@oncely/server/postgres-js']).filter(isPostgresJs)).toEqual(['postgres'])
+    expect(loaded.filter((s) => isPostgresJs(s) || isDrizzle(s))).toEqual([])
+    // The postgres.js subpath imports postgres.js only to open its side lane, when first used.
+    const drizzle = specifiersLoadedBy(['@oncely/server/drizzle', '@oncely/server/postgres-js'])
+    expect(drizzle.filter(isDrizzle)).toContain('drizzle-orm')
+    expect(drizzle.filter(isPostgresJs)).toEqual([])
   })
 })
