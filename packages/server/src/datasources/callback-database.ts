@@ -25,6 +25,12 @@ export interface CallbackLibrary<Tx> {
   side(statement: Statement): Promise<Rows>
   /** Runs `work` in a savepoint of `tx` by the library's own means (see `Database.savepoint`), when it has them. */
   savepoint?<T>(tx: Tx, work: (tx: Tx) => Promise<T>): Promise<T>
+  /**
+   * Whether the library pipelines the statements sent on one transaction without waiting for their answers (it
+   * writes them together and reads the answers in order): a session then sends the steps of one run together.
+   * @default false
+   */
+  readonly pipelines?: boolean
   /** A cheap shape check of the library's transaction objects. */
   isTransaction(tx: unknown): tx is Tx
 }
@@ -86,6 +92,7 @@ class CallbackSession<Tx> implements Session<Tx> {
   }
 
   async run(steps: readonly Step[]): Promise<Rows[]> {
+    if (this.#lib.pipelines) return this.#pipelined(steps)
     const out: Rows[] = []
     for (const step of steps) {
       if (step === 'BEGIN') await this.#begin()
@@ -95,6 +102,45 @@ class CallbackSession<Tx> implements Session<Tx> {
       if (typeof step === 'string') out.push({ rows: [], rowCount: 0 })
     }
     return out
+  }
+
+  /**
+   * The steps of a library that pipelines: in the transaction, each statement is sent without waiting for the one
+   * before, and its COMMIT or ROLLBACK right after them, so they share round trips. Once one fails, those after it
+   * fail too (the transaction is aborted) and change nothing, and a COMMIT after it rolls back; the answer is the
+   * first failure. The library's BEGIN, and statements on their own, still wait: a failed one stops the steps.
+   */
+  async #pipelined(steps: readonly Step[]): Promise<Rows[]> {
+    const sent: Promise<{ rows: Rows } | { error: unknown }>[] = []
+    const settle = (answer: Promise<Rows>) =>
+      answer.then(
+        (rows) => ({ rows }),
+        (error: unknown) => ({ error }),
+      )
+    const empty: Rows = { rows: [], rowCount: 0 }
+    for (const step of steps) {
+      if (step === 'BEGIN' || this.#tx === undefined) {
+        // Nothing is sent while an earlier step may still fail.
+        const answers = await Promise.all(sent)
+        if (answers.some((answer) => 'error' in answer)) break
+        if (step === 'BEGIN') await this.#begin()
+        sent.push(settle(step === 'BEGIN' ? Promise.resolve(empty) : this.#step(step)))
+      } else sent.push(settle(this.#step(step)))
+    }
+    const out: Rows[] = []
+    for (const answer of await Promise.all(sent)) {
+      if ('error' in answer) throw answer.error
+      out.push(answer.rows)
+    }
+    return out
+  }
+
+  #step(step: Step): Promise<Rows> {
+    const empty: Rows = { rows: [], rowCount: 0 }
+    if (step === 'COMMIT') return this.#finish(true).then(() => empty)
+    if (step === 'ROLLBACK') return this.#finish(false).then(() => empty)
+    if (step === 'BEGIN') return this.#begin().then(() => empty)
+    return this.#statement(step)
   }
 
   #statement(statement: Statement): Promise<Rows> {

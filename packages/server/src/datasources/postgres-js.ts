@@ -75,6 +75,8 @@ export function postgresJs(options: PostgresJsOptions): Database<TransactionSql>
       return runOn(on, on, statement)
     },
     savepoint: (tx, work) => tx.savepoint((inner) => work(inner)) as Promise<never>,
+    // postgres.js writes the queries of a transaction together and reads their answers in order.
+    pipelines: true,
     isTransaction: (tx): tx is TransactionSql =>
       typeof tx === 'function' &&
       typeof (tx as TransactionSql).savepoint === 'function' &&
