@@ -14,6 +14,8 @@ export default defineConfig({
     webhooks: 'src/webhooks/index.ts',
     jobs: 'src/jobs/index.ts',
     otel: 'src/otel/index.ts',
+    'postgres-js': 'src/postgres-js/index.ts',
+    drizzle: 'src/drizzle/index.ts',
     testing: 'src/testing/index.ts',
   },
   format: ['esm', 'cjs'],

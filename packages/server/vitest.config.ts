@@ -14,6 +14,7 @@ const onePass = [
   'test/datasources/sabotage.test.ts',
   'test/layers/dispatcher-kill.test.ts',
   'test/errors.test.ts',
+  'test/datasources/round-trips.test.ts',
 ]
 
 // The engine and HTTP contract suites run a second time per protocol through a real PgBouncer in transaction mode
@@ -23,7 +24,7 @@ const throughPooler = ['test/engine.test.ts', 'test/adapters/contract.test.ts']
 // The datasource contract (test/datasources/contract.test.ts) runs once more per protocol for every datasource
 // other than node-postgres (which the projects above already run it under), named as test/datasources/registry.ts
 // names them.
-const otherDatasources: string[] = []
+const otherDatasources: string[] = ['postgres-js', 'drizzle-node-postgres', 'drizzle-postgres-js']
 
 const withPooler =
   Boolean(process.env.CI) ||

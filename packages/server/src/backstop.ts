@@ -21,9 +21,16 @@ export interface BackstopOptions<T, Tx = pg.PoolClient> {
 }
 
 function isUniqueViolation(error: unknown, constraint: string): boolean {
-  const e = error as { code?: unknown; constraint?: unknown; message?: unknown } | null
+  const e = error as {
+    code?: unknown
+    constraint?: unknown
+    constraint_name?: unknown
+    message?: unknown
+  } | null
   if (e?.code !== '23505') return false
-  if (e.constraint !== undefined) return e.constraint === constraint
+  // node-postgres names the constraint `constraint`, postgres.js `constraint_name`.
+  const named = e.constraint ?? e.constraint_name
+  if (named !== undefined) return named === constraint
   // Citus relays a worker's error without its constraint field; the message names the shard's copy of the
   // constraint, `<name>_<shard id>`, in double quotes.
   return (
@@ -69,6 +76,14 @@ export async function insertOrExisting<T, Tx = pg.PoolClient>(
     throw new TypeError('Expected `constraint` to be the name of a unique constraint.')
   }
   const { database } = options
+  if (database?.savepoint) {
+    try {
+      return { created: true, value: await database.savepoint(tx, (inner) => options.insert(inner)) }
+    } catch (error) {
+      if (!isUniqueViolation(error, options.constraint)) throw error
+      return { created: false, value: await options.existing(tx) }
+    }
+  }
   const run = async (text: string) => {
     if (database) await database.execute(tx, { text, values: [] })
     else await (tx as pg.ClientBase).query(text)

@@ -23,6 +23,14 @@ export interface CallbackLibrary<Tx> {
    * library, of at most a few connections).
    */
   side(statement: Statement): Promise<Rows>
+  /** Runs `work` in a savepoint of `tx` by the library's own means (see `Database.savepoint`), when it has them. */
+  savepoint?<T>(tx: Tx, work: (tx: Tx) => Promise<T>): Promise<T>
+  /**
+   * Whether the library pipelines the statements sent on one transaction without waiting for their answers (it
+   * writes them together and reads the answers in order): a session then sends the steps of one run together.
+   * @default false
+   */
+  readonly pipelines?: boolean
   /** A cheap shape check of the library's transaction objects. */
   isTransaction(tx: unknown): tx is Tx
 }
@@ -54,6 +62,7 @@ export function callbackDatabase<Tx>(lib: CallbackLibrary<Tx>): Database<Tx> {
     side: (statement) => lib.side(statement) as Promise<Rows<never>>,
     execute: (tx, statement) => lib.execute(tx, statement) as Promise<Rows<never>>,
     transaction: (work) => lib.transaction(work),
+    ...(lib.savepoint ? { savepoint: lib.savepoint.bind(lib) } : {}),
     isTransaction: (tx): tx is Tx => lib.isTransaction(tx),
     // These libraries do not report the loss of an idle connection; a lost one shows in the next statement.
     onConnectionLost: () => {},
@@ -69,6 +78,8 @@ class CallbackSession<Tx> implements Session<Tx> {
   /** The library's transaction, settled once it committed or rolled back. */
   #done: Promise<void> | undefined
   #marker: Rollback | undefined
+  /** Set when the library's transaction ended before the session's COMMIT or ROLLBACK, with why. */
+  #ended: { error: unknown } | undefined
 
   constructor(lib: CallbackLibrary<Tx>) {
     this.#lib = lib
@@ -81,6 +92,7 @@ class CallbackSession<Tx> implements Session<Tx> {
   }
 
   async run(steps: readonly Step[]): Promise<Rows[]> {
+    if (this.#lib.pipelines) return this.#pipelined(steps)
     const out: Rows[] = []
     for (const step of steps) {
       if (step === 'BEGIN') await this.#begin()
@@ -92,9 +104,52 @@ class CallbackSession<Tx> implements Session<Tx> {
     return out
   }
 
+  /**
+   * The steps of a library that pipelines: in the transaction, each statement is sent without waiting for the one
+   * before, and its COMMIT or ROLLBACK right after them, so they share round trips. Once one fails, those after it
+   * fail too (the transaction is aborted) and change nothing, and a COMMIT after it rolls back; the answer is the
+   * first failure. The library's BEGIN, and statements on their own, still wait: a failed one stops the steps.
+   */
+  async #pipelined(steps: readonly Step[]): Promise<Rows[]> {
+    const sent: Promise<{ rows: Rows } | { error: unknown }>[] = []
+    const settle = (answer: Promise<Rows>) =>
+      answer.then(
+        (rows) => ({ rows }),
+        (error: unknown) => ({ error }),
+      )
+    const empty: Rows = { rows: [], rowCount: 0 }
+    for (const step of steps) {
+      if (step === 'BEGIN' || this.#tx === undefined) {
+        // Nothing is sent while an earlier step may still fail.
+        const answers = await Promise.all(sent)
+        if (answers.some((answer) => 'error' in answer)) break
+        if (step === 'BEGIN') await this.#begin()
+        sent.push(settle(step === 'BEGIN' ? Promise.resolve(empty) : this.#step(step)))
+      } else sent.push(settle(this.#step(step)))
+    }
+    const out: Rows[] = []
+    for (const answer of await Promise.all(sent)) {
+      if ('error' in answer) throw answer.error
+      out.push(answer.rows)
+    }
+    return out
+  }
+
+  #step(step: Step): Promise<Rows> {
+    const empty: Rows = { rows: [], rowCount: 0 }
+    if (step === 'COMMIT') return this.#finish(true).then(() => empty)
+    if (step === 'ROLLBACK') return this.#finish(false).then(() => empty)
+    if (step === 'BEGIN') return this.#begin().then(() => empty)
+    return this.#statement(step)
+  }
+
   #statement(statement: Statement): Promise<Rows> {
     // Outside a transaction the session holds nothing: the statement runs on its own.
-    return this.#tx === undefined ? this.#lib.query(statement) : this.#lib.execute(this.#tx, statement)
+    if (this.#tx === undefined) return this.#lib.query(statement)
+    // The library ended the transaction on its own (its connection was lost): nothing more is sent through it, as a
+    // library may send it on a connection it has opened again since, outside the transaction.
+    if (this.#ended) return Promise.reject(this.#ended.error)
+    return this.#lib.execute(this.#tx, statement)
   }
 
   async #begin(): Promise<void> {
@@ -113,6 +168,13 @@ class CallbackSession<Tx> implements Session<Tx> {
       await ended
     })
     this.#done = done
+    this.#ended = undefined
+    done.then(
+      () => {},
+      (error: unknown) => {
+        if (this.#done === done && !isRollback(error, marker)) this.#ended = { error }
+      },
+    )
     // The library may fail to begin (no connection, a dead server) before it ever calls back.
     this.#tx = await Promise.race([
       begun,
@@ -128,6 +190,11 @@ class CallbackSession<Tx> implements Session<Tx> {
     }
     this.#done = undefined
     this.#tx = undefined
+    const lost = this.#ended
+    this.#ended = undefined
+    // A transaction the library already ended is not settled again (postgres.js would send its ROLLBACK on a
+    // connection that is gone): it is over, and why is the answer.
+    if (lost) throw lost.error
     if (commit) this.#end?.commit()
     else this.#end?.rollback()
     this.#end = undefined

@@ -75,6 +75,12 @@ export interface Database<Tx = unknown> {
   /** Runs `work` in a transaction of its own on one connection: commits when it resolves, rolls back when it throws. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
   /**
+   * Runs `work` in a savepoint of the caller's transaction, by the library's own means: rolled back to the savepoint
+   * when it throws, the transaction going on. For a library that would otherwise roll back a whole transaction in
+   * which any statement failed (postgres.js); without it, `SAVEPOINT` statements are sent through `execute`.
+   */
+  savepoint?<T>(tx: Tx, work: (tx: Tx) => Promise<T>): Promise<T>
+  /**
    * Whether `tx` is one of this library's transaction objects (a cheap shape check), so a layer handed something
    * else says so at once instead of failing in a statement.
    */

@@ -2,8 +2,15 @@
 // database URL, and the business writes and counts made through that library itself, so an effect counted by a test
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
+import { count, eq } from 'drizzle-orm'
+import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres'
+import { bigserial, integer, pgTable, text } from 'drizzle-orm/pg-core'
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js'
 import pg from 'pg'
+import postgres, { type TransactionSql } from 'postgres'
+import { drizzle } from '../../src/drizzle/index.js'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { postgresJs } from '../../src/postgres-js/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -53,9 +60,80 @@ function nodePostgresUnderTest(url: string): Promise<DatasourceUnderTest<pg.Pool
   })
 }
 
+async function postgresJsUnderTest(url: string): Promise<DatasourceUnderTest<TransactionSql>> {
+  const options = { max: 10, onnotice: () => {} }
+  const sql = postgres(url, options)
+  const secondSql = postgres(url, { ...options, max: 5 })
+  return {
+    database: postgresJs({ sql }),
+    second: postgresJs({ sql: secondSql }),
+    async pay(tx, cart) {
+      const on = sabotaged ? sql : tx
+      await on`INSERT INTO payments (tenant, cart, amount) VALUES (${'t'}, ${cart}, 100)`
+    },
+    async payments(cart) {
+      const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments WHERE cart = ${cart}`
+      return row?.n ?? 0
+    },
+    async close() {
+      // postgres.js 3.4 waits forever to end a connection that Postgres closed under a statement (an attempt that
+      // stalled past its lease): the timeout ends such connections.
+      await Promise.all([sql.end({ timeout: 1 }), secondSql.end({ timeout: 1 })])
+    },
+  }
+}
+
+const payments = pgTable('payments', {
+  id: bigserial('id', { mode: 'number' }).primaryKey(),
+  tenant: text('tenant').notNull(),
+  cart: text('cart').notNull(),
+  amount: integer('amount').notNull(),
+})
+
+/** Drizzle over `client`: writes with its query builder, in the handler's Drizzle transaction. */
+function drizzleUnderTest<
+  DB extends ReturnType<typeof drizzleNodePostgres> | ReturnType<typeof drizzlePostgresJs>,
+>(db: DB, second: DB, close: () => Promise<void>): DatasourceUnderTest {
+  return {
+    database: drizzle({ db }) as Database,
+    second: drizzle({ db: second }) as Database,
+    async pay(tx, cart) {
+      const on = sabotaged ? db : (tx as DB)
+      await on.insert(payments).values({ tenant: 't', cart, amount: 100 })
+    },
+    async payments(cart) {
+      const [row] = await db.select({ n: count() }).from(payments).where(eq(payments.cart, cart))
+      return row?.n ?? 0
+    },
+    close,
+  }
+}
+
+async function drizzleNodePostgresUnderTest(url: string): Promise<DatasourceUnderTest> {
+  const pool = new pg.Pool({ connectionString: url, max: 10 })
+  const secondPool = new pg.Pool({ connectionString: url, max: 5 })
+  for (const each of [pool, secondPool]) each.on('error', () => {})
+  return drizzleUnderTest(drizzleNodePostgres(pool), drizzleNodePostgres(secondPool), async () => {
+    await Promise.all([pool.end(), secondPool.end()])
+  })
+}
+
+async function drizzlePostgresJsUnderTest(url: string): Promise<DatasourceUnderTest> {
+  const options = { max: 10, onnotice: () => {} }
+  const sql = postgres(url, options)
+  const secondSql = postgres(url, { ...options, max: 5 })
+  return drizzleUnderTest(drizzlePostgresJs(sql), drizzlePostgresJs(secondSql), async () => {
+    // See postgresJsUnderTest.
+    await Promise.all([sql.end({ timeout: 1 }), secondSql.end({ timeout: 1 })])
+  })
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
+  'postgres-js': postgresJsUnderTest as OpenDatasource,
+  'drizzle-node-postgres': drizzleNodePostgresUnderTest,
+  'drizzle-postgres-js': drizzlePostgresJsUnderTest,
 }
 
 /** The datasource this run of the suite tests. */

@@ -93,4 +93,16 @@ describe('optional dependencies stay behind their subpath', () => {
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
     expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
+
+  it('only their own subpaths load postgres.js and Drizzle (and Drizzle over node-postgres no postgres.js)', () => {
+    const isPostgresJs = (specifier: string) => specifier === 'postgres'
+    const isDrizzle = (specifier: string) => specifier.startsWith('drizzle-orm')
+    const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/fastify', '@oncely/server/outbox'])
+    expect(loaded).toContain('@oncely/server/outbox')
+    expect(loaded.filter((s) => isPostgresJs(s) || isDrizzle(s))).toEqual([])
+    // The postgres.js subpath imports postgres.js only to open its side lane, when first used.
+    const drizzle = specifiersLoadedBy(['@oncely/server/drizzle', '@oncely/server/postgres-js'])
+    expect(drizzle.filter(isDrizzle)).toContain('drizzle-orm')
+    expect(drizzle.filter(isPostgresJs)).toEqual([])
+  })
 })

@@ -1,0 +1,2 @@
+export type { PostgresJsOptions } from '../datasources/postgres-js.js'
+export { postgresJs } from '../datasources/postgres-js.js'
