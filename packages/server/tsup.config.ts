@@ -15,6 +15,7 @@ export default defineConfig({
     jobs: 'src/jobs/index.ts',
     otel: 'src/otel/index.ts',
     testing: 'src/testing/index.ts',
+    kysely: 'src/kysely/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

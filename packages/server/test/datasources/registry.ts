@@ -2,8 +2,10 @@
 // database URL, and the business writes and counts made through that library itself, so an effect counted by a test
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
+import { type Generated, Kysely, PostgresDialect, sql, type Transaction } from 'kysely'
 import pg from 'pg'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { kyselyDatabase } from '../../src/kysely/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -53,9 +55,40 @@ function nodePostgresUnderTest(url: string): Promise<DatasourceUnderTest<pg.Pool
   })
 }
 
+/** The business tables as Kysely sees them. */
+interface PaymentsDB {
+  payments: { id: Generated<string>; tenant: string; cart: string; amount: number }
+}
+
+function kyselyUnderTest(url: string): Promise<DatasourceUnderTest<Transaction<PaymentsDB>>> {
+  const pool = new pg.Pool({ connectionString: url, max: 10 })
+  const secondPool = new pg.Pool({ connectionString: url, max: 5 })
+  const db = new Kysely<PaymentsDB>({ dialect: new PostgresDialect({ pool }) })
+  const secondDb = new Kysely<PaymentsDB>({ dialect: new PostgresDialect({ pool: secondPool }) })
+  return Promise.resolve({
+    database: kyselyDatabase({ db, pool }),
+    second: kyselyDatabase({ db: secondDb, pool: secondPool }),
+    async pay(tx, cart) {
+      await (sabotaged ? db : tx).insertInto('payments').values({ tenant: 't', cart, amount: 100 }).execute()
+    },
+    async payments(cart) {
+      const { n } = await db
+        .selectFrom('payments')
+        .select(sql<number>`count(*)::int`.as('n'))
+        .where('cart', '=', cart)
+        .executeTakeFirstOrThrow()
+      return n
+    },
+    async close() {
+      await Promise.all([db.destroy(), secondDb.destroy()])
+    },
+  })
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
+  kysely: kyselyUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */

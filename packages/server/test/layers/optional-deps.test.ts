@@ -93,4 +93,16 @@ describe('optional dependencies stay behind their subpath', () => {
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
     expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
+
+  // Each datasource's library (an optional peer) loads only through its own subpath.
+  const libraries: Record<string, string> = { kysely: 'kysely' }
+  it('the main entry and the layers load no datasource library; each datasource subpath loads its own', () => {
+    const isLibrary = (specifier: string) => Object.values(libraries).includes(specifier)
+    const layers = ['outbox', 'inbox', 'steps', 'webhooks', 'jobs', 'fastify', 'express', 'fetch', 'testing']
+    const loaded = specifiersLoadedBy(['@oncely/server', ...layers.map((s) => `@oncely/server/${s}`)])
+    expect(loaded).toContain('@oncely/server/testing')
+    expect(loaded.filter(isLibrary)).toEqual([])
+    for (const [subpath, library] of Object.entries(libraries))
+      expect(specifiersLoadedBy([`@oncely/server/${subpath}`])).toContain(library)
+  })
 })
