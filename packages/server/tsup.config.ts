@@ -16,6 +16,7 @@ export default defineConfig({
     otel: 'src/otel/index.ts',
     testing: 'src/testing/index.ts',
     kysely: 'src/kysely/index.ts',
+    knex: 'src/knex/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

@@ -108,6 +108,8 @@ class CallbackSession<Tx> implements Session<Tx> {
     const ended = new Promise<void>((commit, reject) => {
       this.#end = { commit: () => commit(), rollback: () => reject(marker) }
     })
+    // When the library fails before it calls back, nothing awaits `ended`: its rollback must not go unhandled.
+    ended.catch(() => {})
     const done = this.#lib.transaction(async (tx) => {
       started(tx)
       await ended

@@ -2,9 +2,11 @@
 // database URL, and the business writes and counts made through that library itself, so an effect counted by a test
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
+import createKnex, { type Knex } from 'knex'
 import { type Generated, Kysely, PostgresDialect, sql, type Transaction } from 'kysely'
 import pg from 'pg'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { knexDatabase } from '../../src/knex/index.js'
 import { kyselyDatabase } from '../../src/kysely/index.js'
 
 /** One library under test. */
@@ -85,10 +87,30 @@ function kyselyUnderTest(url: string): Promise<DatasourceUnderTest<Transaction<P
   })
 }
 
+function knexUnderTest(url: string): Promise<DatasourceUnderTest<Knex.Transaction>> {
+  const db = createKnex({ client: 'pg', connection: url, pool: { min: 0, max: 10 } })
+  const secondDb = createKnex({ client: 'pg', connection: url, pool: { min: 0, max: 5 } })
+  return Promise.resolve({
+    database: knexDatabase({ knex: db }),
+    second: knexDatabase({ knex: secondDb }),
+    async pay(tx, cart) {
+      await (sabotaged ? db : tx)('payments').insert({ tenant: 't', cart, amount: 100 })
+    },
+    async payments(cart) {
+      const [row] = await db('payments').where({ cart }).count({ n: '*' })
+      return Number(row?.n)
+    },
+    async close() {
+      await Promise.all([db.destroy(), secondDb.destroy()])
+    },
+  })
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
   kysely: kyselyUnderTest as OpenDatasource,
+  knex: knexUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */

@@ -95,7 +95,7 @@ describe('optional dependencies stay behind their subpath', () => {
   })
 
   // Each datasource's library (an optional peer) loads only through its own subpath.
-  const libraries: Record<string, string> = { kysely: 'kysely' }
+  const libraries: Record<string, string> = { kysely: 'kysely', knex: 'knex' }
   it('the main entry and the layers load no datasource library; each datasource subpath loads its own', () => {
     const isLibrary = (specifier: string) => Object.values(libraries).includes(specifier)
     const layers = ['outbox', 'inbox', 'steps', 'webhooks', 'jobs', 'fastify', 'express', 'fetch', 'testing']
