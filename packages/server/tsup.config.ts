@@ -17,6 +17,7 @@ export default defineConfig({
     testing: 'src/testing/index.ts',
     kysely: 'src/kysely/index.ts',
     knex: 'src/knex/index.ts',
+    typeorm: 'src/typeorm/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

@@ -5,9 +5,11 @@
 import createKnex, { type Knex } from 'knex'
 import { type Generated, Kysely, PostgresDialect, sql, type Transaction } from 'kysely'
 import pg from 'pg'
+import { DataSource, type EntityManager, EntitySchema } from 'typeorm'
 import { type Database, nodePostgres } from '../../src/index.js'
 import { knexDatabase } from '../../src/knex/index.js'
 import { kyselyDatabase } from '../../src/kysely/index.js'
+import { typeormDatabase } from '../../src/typeorm/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -106,11 +108,41 @@ function knexUnderTest(url: string): Promise<DatasourceUnderTest<Knex.Transactio
   })
 }
 
+/** The payments table as TypeORM maps it. */
+const Payment = new EntitySchema<{ id: string; tenant: string; cart: string; amount: number }>({
+  name: 'Payment',
+  tableName: 'payments',
+  columns: {
+    id: { type: 'bigint', primary: true, generated: 'increment' },
+    tenant: { type: 'text' },
+    cart: { type: 'text' },
+    amount: { type: 'integer' },
+  },
+})
+
+async function typeormUnderTest(url: string): Promise<DatasourceUnderTest<EntityManager>> {
+  const open = (poolSize: number) =>
+    new DataSource({ type: 'postgres', url, entities: [Payment], poolSize }).initialize()
+  const [dataSource, secondDataSource] = await Promise.all([open(10), open(5)])
+  return {
+    database: typeormDatabase({ dataSource }),
+    second: typeormDatabase({ dataSource: secondDataSource }),
+    async pay(tx, cart) {
+      await (sabotaged ? dataSource.manager : tx).insert(Payment, { tenant: 't', cart, amount: 100 })
+    },
+    payments: (cart) => dataSource.getRepository(Payment).countBy({ cart }),
+    async close() {
+      await Promise.all([dataSource.destroy(), secondDataSource.destroy()])
+    },
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
   kysely: kyselyUnderTest as OpenDatasource,
   knex: knexUnderTest as OpenDatasource,
+  typeorm: typeormUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */
