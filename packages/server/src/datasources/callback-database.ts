@@ -108,18 +108,23 @@ class CallbackSession<Tx> implements Session<Tx> {
     const ended = new Promise<void>((commit, reject) => {
       this.#end = { commit: () => commit(), rollback: () => reject(marker) }
     })
-    // When the library fails before it calls back, nothing awaits `ended`: its rollback must not go unhandled.
-    ended.catch(() => {})
     const done = this.#lib.transaction(async (tx) => {
       started(tx)
       await ended
     })
     this.#done = done
-    // The library may fail to begin (no connection, a dead server) before it ever calls back.
-    this.#tx = await Promise.race([
-      begun,
-      done.then(() => Promise.reject(new Error('The transaction ended before it began.'))),
-    ])
+    // The library may fail to begin (no connection, a dead server) before it ever calls back: then no transaction
+    // is open, and the ROLLBACK that follows has nothing to end.
+    try {
+      this.#tx = await Promise.race([
+        begun,
+        done.then(() => Promise.reject(new Error('The transaction ended before it began.'))),
+      ])
+    } catch (error) {
+      this.#done = undefined
+      this.#end = undefined
+      throw error
+    }
   }
 
   async #finish(commit: boolean): Promise<void> {
