@@ -24,7 +24,14 @@ const throughPooler = ['test/engine.test.ts', 'test/adapters/contract.test.ts']
 // The datasource contract (test/datasources/contract.test.ts) runs once more per protocol for every datasource
 // other than node-postgres (which the projects above already run it under), named as test/datasources/registry.ts
 // names them.
-const otherDatasources: string[] = ['postgres-js', 'drizzle-node-postgres', 'drizzle-postgres-js']
+const otherDatasources: string[] = [
+  'postgres-js',
+  'drizzle-node-postgres',
+  'drizzle-postgres-js',
+  'kysely',
+  'knex',
+  'typeorm',
+]
 
 const withPooler =
   Boolean(process.env.CI) ||

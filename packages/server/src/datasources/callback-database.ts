@@ -175,11 +175,18 @@ class CallbackSession<Tx> implements Session<Tx> {
         if (this.#done === done && !isRollback(error, marker)) this.#ended = { error }
       },
     )
-    // The library may fail to begin (no connection, a dead server) before it ever calls back.
-    this.#tx = await Promise.race([
-      begun,
-      done.then(() => Promise.reject(new Error('The transaction ended before it began.'))),
-    ])
+    // The library may fail to begin (no connection, a dead server) before it ever calls back: then no transaction
+    // is open, and the ROLLBACK that follows has nothing to end.
+    try {
+      this.#tx = await Promise.race([
+        begun,
+        done.then(() => Promise.reject(new Error('The transaction ended before it began.'))),
+      ])
+    } catch (error) {
+      this.#done = undefined
+      this.#end = undefined
+      throw error
+    }
   }
 
   async #finish(commit: boolean): Promise<void> {

@@ -215,7 +215,7 @@ const ignore = () => {}
  * pg-pool emits synchronously before handing the client out, closes it. The error still reaches whoever is using
  * the client through its failed query.
  */
-function guardPool(pool: pg.Pool): void {
+export function guardPool(pool: pg.Pool): void {
   if (guarded.has(pool)) return
   guarded.add(pool)
   if (pool.listenerCount('error') === 0) pool.on('error', ignore)

@@ -201,6 +201,15 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
     expect(await ds.payments(key)).toBe(1)
   })
 
+  it("keeps Postgres's SQLSTATE as the error's code, on its own, in a transaction and on the side lane", async () => {
+    const failing = { text: 'SELECT 1 / $1::int AS n', values: [0] }
+    await expect(ds.database.query(failing)).rejects.toMatchObject({ code: '22012' })
+    await expect(ds.database.side(failing)).rejects.toMatchObject({ code: '22012' })
+    await expect(ds.database.transaction((tx) => ds.database.execute(tx, failing))).rejects.toMatchObject({
+      code: '22012',
+    })
+  })
+
   it("steps refuse the engine's own datasource", async () => {
     const engine = engineWith()
     const handler = steps<object, unknown>({ database: ds.database, steps: [], finish: () => ({}) })

@@ -6,11 +6,17 @@ import { count, eq } from 'drizzle-orm'
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres'
 import { bigserial, integer, pgTable, text } from 'drizzle-orm/pg-core'
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js'
+import createKnex, { type Knex } from 'knex'
+import { type Generated, Kysely, PostgresDialect, sql, type Transaction } from 'kysely'
 import pg from 'pg'
 import postgres, { type TransactionSql } from 'postgres'
+import { DataSource, type EntityManager, EntitySchema } from 'typeorm'
 import { drizzle } from '../../src/drizzle/index.js'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { knexDatabase } from '../../src/knex/index.js'
+import { kyselyDatabase } from '../../src/kysely/index.js'
 import { postgresJs } from '../../src/postgres-js/index.js'
+import { typeormDatabase } from '../../src/typeorm/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -128,12 +134,93 @@ async function drizzlePostgresJsUnderTest(url: string): Promise<DatasourceUnderT
   })
 }
 
+/** The business tables as Kysely sees them. */
+interface PaymentsDB {
+  payments: { id: Generated<string>; tenant: string; cart: string; amount: number }
+}
+
+function kyselyUnderTest(url: string): Promise<DatasourceUnderTest<Transaction<PaymentsDB>>> {
+  const pool = new pg.Pool({ connectionString: url, max: 10 })
+  const secondPool = new pg.Pool({ connectionString: url, max: 5 })
+  const db = new Kysely<PaymentsDB>({ dialect: new PostgresDialect({ pool }) })
+  const secondDb = new Kysely<PaymentsDB>({ dialect: new PostgresDialect({ pool: secondPool }) })
+  return Promise.resolve({
+    database: kyselyDatabase({ db, pool }),
+    second: kyselyDatabase({ db: secondDb, pool: secondPool }),
+    async pay(tx, cart) {
+      await (sabotaged ? db : tx).insertInto('payments').values({ tenant: 't', cart, amount: 100 }).execute()
+    },
+    async payments(cart) {
+      const { n } = await db
+        .selectFrom('payments')
+        .select(sql<number>`count(*)::int`.as('n'))
+        .where('cart', '=', cart)
+        .executeTakeFirstOrThrow()
+      return n
+    },
+    async close() {
+      await Promise.all([db.destroy(), secondDb.destroy()])
+    },
+  })
+}
+
+function knexUnderTest(url: string): Promise<DatasourceUnderTest<Knex.Transaction>> {
+  const db = createKnex({ client: 'pg', connection: url, pool: { min: 0, max: 10 } })
+  const secondDb = createKnex({ client: 'pg', connection: url, pool: { min: 0, max: 5 } })
+  return Promise.resolve({
+    database: knexDatabase({ knex: db }),
+    second: knexDatabase({ knex: secondDb }),
+    async pay(tx, cart) {
+      await (sabotaged ? db : tx)('payments').insert({ tenant: 't', cart, amount: 100 })
+    },
+    async payments(cart) {
+      const [row] = await db('payments').where({ cart }).count({ n: '*' })
+      return Number(row?.n)
+    },
+    async close() {
+      await Promise.all([db.destroy(), secondDb.destroy()])
+    },
+  })
+}
+
+/** The payments table as TypeORM maps it. */
+const Payment = new EntitySchema<{ id: string; tenant: string; cart: string; amount: number }>({
+  name: 'Payment',
+  tableName: 'payments',
+  columns: {
+    id: { type: 'bigint', primary: true, generated: 'increment' },
+    tenant: { type: 'text' },
+    cart: { type: 'text' },
+    amount: { type: 'integer' },
+  },
+})
+
+async function typeormUnderTest(url: string): Promise<DatasourceUnderTest<EntityManager>> {
+  const open = (poolSize: number) =>
+    new DataSource({ type: 'postgres', url, entities: [Payment], poolSize }).initialize()
+  const [dataSource, secondDataSource] = await Promise.all([open(10), open(5)])
+  return {
+    database: typeormDatabase({ dataSource }),
+    second: typeormDatabase({ dataSource: secondDataSource }),
+    async pay(tx, cart) {
+      await (sabotaged ? dataSource.manager : tx).insert(Payment, { tenant: 't', cart, amount: 100 })
+    },
+    payments: (cart) => dataSource.getRepository(Payment).countBy({ cart }),
+    async close() {
+      await Promise.all([dataSource.destroy(), secondDataSource.destroy()])
+    },
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
   'postgres-js': postgresJsUnderTest as OpenDatasource,
   'drizzle-node-postgres': drizzleNodePostgresUnderTest,
   'drizzle-postgres-js': drizzlePostgresJsUnderTest,
+  kysely: kyselyUnderTest as OpenDatasource,
+  knex: knexUnderTest as OpenDatasource,
+  typeorm: typeormUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */

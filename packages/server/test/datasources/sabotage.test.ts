@@ -1,6 +1,6 @@
 // The datasource contract can see the window it guards: run with the writes going through a second connection of
-// the same library (what a handler that forgot `ctx.tx` does), it must fail, under every datasource of the registry.
-// Runs the suite in a child vitest.
+// the same library (what a handler that forgot `ctx.tx` does), it must fail, under every datasource of registry.ts.
+// Runs the suite in a child vitest, in the project that runs it under that datasource (vitest.config.ts).
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { expect, it } from 'vitest'

@@ -105,4 +105,18 @@ describe('optional dependencies stay behind their subpath', () => {
     expect(drizzle.filter(isDrizzle)).toContain('drizzle-orm')
     expect(drizzle.filter(isPostgresJs)).toEqual([])
   })
+
+  // Each datasource's library (an optional peer) loads only through its own subpath (the TypeORM datasource uses
+  // only TypeORM's types: it calls the DataSource it is given).
+  const libraries = ['kysely', 'knex', 'typeorm']
+  const loadedBySubpath: Record<string, string> = { kysely: 'kysely', knex: 'knex' }
+  it('the main entry and the layers load no datasource library; each datasource subpath loads its own', () => {
+    const layers = ['outbox', 'inbox', 'steps', 'webhooks', 'jobs', 'fastify', 'express', 'fetch', 'testing']
+    const loaded = specifiersLoadedBy(['@oncely/server', ...layers.map((s) => `@oncely/server/${s}`)])
+    expect(loaded).toContain('@oncely/server/testing')
+    expect(loaded.filter((specifier) => libraries.includes(specifier))).toEqual([])
+    for (const [subpath, library] of Object.entries(loadedBySubpath))
+      expect(specifiersLoadedBy([`@oncely/server/${subpath}`])).toContain(library)
+    expect(specifiersLoadedBy(['@oncely/server/typeorm'])).toContain('@oncely/server/typeorm')
+  })
 })

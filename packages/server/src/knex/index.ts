@@ -1,0 +1,2 @@
+export type { KnexOptions } from '../datasources/knex.js'
+export { knexDatabase } from '../datasources/knex.js'

@@ -1,0 +1,2 @@
+export type { KyselyOptions } from '../datasources/kysely.js'
+export { kyselyDatabase } from '../datasources/kysely.js'
