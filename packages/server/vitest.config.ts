@@ -21,7 +21,7 @@ const throughPooler = ['test/engine.test.ts', 'test/adapters/contract.test.ts']
 // The datasource contract (test/datasources/contract.test.ts) runs once more per protocol for every datasource
 // other than node-postgres (which the projects above already run it under), named as test/datasources/registry.ts
 // names them.
-const otherDatasources: string[] = []
+const otherDatasources: string[] = ['prisma']
 
 const withPooler =
   Boolean(process.env.CI) ||
@@ -53,6 +53,8 @@ export default mergeConfig(
   shared,
   defineConfig({
     test: {
+      // The Prisma client the Prisma datasource's tests use is generated, not committed.
+      globalSetup: ['test/datasources/prisma/setup.ts'],
       projects: [
         ...PROTOCOLS.map((reservation) => ({
           extends: true as const,

@@ -10,7 +10,8 @@ const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
  */
 export function lockAggregate(table: string, aggregateKey: string): Statement {
   return {
-    text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))',
+    // Cast: a void column is one some libraries cannot read (Prisma).
+    text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text',
     values: [`${table}:${aggregateKey}`],
   }
 }
@@ -31,7 +32,7 @@ export function insert(
     text: `WITH inserted AS (
   INSERT INTO ${table} (id, scope, topic, aggregate_key, payload, headers) VALUES ($1, $7, $2, $3, $4::jsonb, $5)
   RETURNING id
-) SELECT pg_notify($6, '') FROM inserted`,
+) SELECT pg_notify($6, '')::text FROM inserted`,
     values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel, row.scope],
   }
 }
