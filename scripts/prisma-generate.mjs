@@ -11,7 +11,16 @@
 // into a directory of its own and the first to finish moves it into place.
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { cpSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 
@@ -35,6 +44,7 @@ const upToDate = () => existsSync(stampFile) && readFileSync(stampFile, 'utf8') 
 if (upToDate()) process.exit(0)
 
 // The schema copied next to the target with the output pointing into a fresh directory of this run's.
+mkdirSync(path.dirname(target), { recursive: true })
 const work = mkdtempSync(`${target}.tmp-`)
 try {
   const tmpSchema = path.join(work, 'schema.prisma')
