@@ -25,6 +25,8 @@ export interface CallbackLibrary<Tx> {
   side(statement: Statement): Promise<Rows>
   /** A cheap shape check of the library's transaction objects. */
   isTransaction(tx: unknown): tx is Tx
+  /** See `Database.diagnose`: for a library whose own errors hide Postgres's, the error as Postgres reported it. */
+  diagnose?(error: unknown): { error: Error; adapted: boolean } | undefined
 }
 
 /** What a session's callback throws to make the library roll back (an Error: some libraries accept no other). */
@@ -55,6 +57,7 @@ export function callbackDatabase<Tx>(lib: CallbackLibrary<Tx>): Database<Tx> {
     execute: (tx, statement) => lib.execute(tx, statement) as Promise<Rows<never>>,
     transaction: (work) => lib.transaction(work),
     isTransaction: (tx): tx is Tx => lib.isTransaction(tx),
+    ...(lib.diagnose ? { diagnose: (error: unknown) => lib.diagnose?.(error) } : {}),
     // These libraries do not report the loss of an idle connection; a lost one shows in the next statement.
     onConnectionLost: () => {},
   }

@@ -163,5 +163,11 @@ export function prismaDatabase<Client extends PrismaClientLike>(
     // An interactive-transaction client has the raw methods but not `$connect` or `$disconnect`.
     isTransaction: (tx): tx is Tx =>
       isClient(tx) && typeof (tx as { $disconnect?: unknown }).$disconnect !== 'function',
+    // An error of a model query in your code (P2002, P2034...), as Postgres reported it: what insertOrExisting
+    // reads a unique violation from.
+    diagnose(error) {
+      const mapped = postgresError(error)
+      return mapped === error ? undefined : { error: mapped as Error, adapted: false }
+    },
   })
 }

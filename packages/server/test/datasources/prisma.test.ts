@@ -5,7 +5,7 @@
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import { PrismaPg } from '@prisma/adapter-pg'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
-import { createEngine, migrate, postgresStore } from '../../src/index.js'
+import { createEngine, insertOrExisting, migrate, postgresStore } from '../../src/index.js'
 import { type PrismaTransaction, prismaDatabase } from '../../src/prisma/index.js'
 import { freshKey } from '../helpers.js'
 import { type Prisma, PrismaClient } from './prisma/generated/client.js'
@@ -121,6 +121,34 @@ describe('prismaDatabase', () => {
       code: '23505',
       constraint: 'payments_cart_key',
     })
+  })
+
+  it("insertOrExisting reads the unique violation of a model write from Prisma's P2002", async () => {
+    const database = prismaDatabase({ prisma, side })
+    await migrate(database)
+    const engine = createEngine({ store: postgresStore({ database }), replayCache: false })
+    const cart = freshKey()
+    const order = (key: string) =>
+      engine.execute({
+        scope: 't',
+        operation: 'POST /payments',
+        key,
+        fingerprint: 'f',
+        handler: async (ctx) => {
+          const { created, value } = await insertOrExisting(ctx.tx, {
+            constraint: 'payments_cart_key',
+            database,
+            insert: (tx) => tx.payment.create({ data: { tenant: 't', cart, amount: 1 } }),
+            existing: (tx) => tx.payment.findUniqueOrThrow({ where: { cart } }),
+          })
+          return { status: created ? 201 : 200, body: { id: String(value.id) } }
+        },
+      })
+    const first = await order(freshKey())
+    const second = await order(freshKey())
+    expect(first).toMatchObject({ kind: 'executed', response: { status: 201 } })
+    expect(second).toMatchObject({ kind: 'executed', response: { status: 200 } })
+    expect(await prisma.payment.count({ where: { cart } })).toBe(1)
   })
 
   it('a lock wait past lock_timeout is 55P03, from a real row lock', async () => {
