@@ -7,6 +7,10 @@
 // with RETURNING) goes through the first, its row count being its rows; any other (UPDATE, DELETE, SET...) through
 // the second. Prisma wraps a database error as P2010 (or P2034 for a write conflict); the SQLSTATE is kept in the
 // driver adapter's error under `meta.driverAdapterError.cause`, from where it is put back as `code`.
+// Prisma cannot read a column of type void (`SELECT pg_notify(...)`): oncely's statements cast such calls to text.
+// A transaction Postgres ended for sitting idle past the lease (25P03) reaches Prisma as a broken connection without
+// its SQLSTATE (node-postgres tells it to the connection's listeners, which the driver adapter keeps): the engine
+// recognizes the lost lease by the time since it last kept it.
 import type { ITXClientDenyList } from '@prisma/client/runtime/client'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'

@@ -53,6 +53,14 @@ describe('prismaDatabase', () => {
     })
   })
 
+  it('types ctx.tx from a client extended with $extends too', () => {
+    const extended = prisma.$extends({ model: { payment: { total: () => 0 } } })
+    const database = prismaDatabase({ prisma: extended, side })
+    type Callback = Extract<Parameters<(typeof extended)['$transaction']>[0], (tx: never) => unknown>
+    expectTypeOf(database.execute).parameter(0).toEqualTypeOf<Parameters<Callback>[0]>()
+    expectTypeOf(database.execute).parameter(0).toHaveProperty('payment').toHaveProperty('total')
+  })
+
   it('checks its options at construction, naming the bad one', () => {
     expect(() => prismaDatabase(undefined as never)).toThrow('`options`')
     expect(() => prismaDatabase({ prisma: {} as never, side })).toThrow('`prisma` to be a PrismaClient')
