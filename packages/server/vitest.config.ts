@@ -13,6 +13,7 @@ const onePass = [
   'test/layers/optional-deps.test.ts',
   'test/datasources/sabotage.test.ts',
   'test/datasources/prisma.test.ts',
+  'test/layers/dispatcher-kill.test.ts',
 ]
 
 // The engine and HTTP contract suites run a second time per protocol through a real PgBouncer in transaction mode

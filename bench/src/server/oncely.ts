@@ -27,7 +27,8 @@ export async function ledgerRoute(scope: FastifyInstance, engine: Engine): Promi
  * `replayCache: false` makes every replay a lookup in the key table, which is what the scale runs must measure:
  * with the cache a replay of a key this process finished never reaches Postgres, whatever the table's size.
  */
-function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock' = 'lock'): Variant {
+// The protocol is required: with a default, the 'row' variants once measured the default protocol under its name.
+function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'): Variant {
   return {
     name,
     description: `oncely engine + Fastify plugin, keys in the business Postgres, same transaction, reservation: '${reservation}'${replayCache ? '' : ', replay cache off'}`,
@@ -78,7 +79,7 @@ export const oncelyEngineOnly: Variant = {
   },
 }
 
-export const oncelyRow = variant('oncely-row', true)
-export const oncelyRowNoCache = variant('oncely-row-nocache', false)
+export const oncelyRow = variant('oncely-row', true, 'row')
+export const oncelyRowNoCache = variant('oncely-row-nocache', false, 'row')
 export const oncelyLock = variant('oncely-lock', true, 'lock')
 export const oncelyLockNoCache = variant('oncely-lock-nocache', false, 'lock')

@@ -72,9 +72,12 @@ describe('003: the outbox keyed by tenant', () => {
          VALUES ('idempotency_keys', 1, '001_create_idempotency_keys'), ('idempotency_keys', 2, '002_create_outbox');
        INSERT INTO before_003.outbox (id, topic, payload) VALUES ('6f1c0d8e-0000-4000-8000-000000000001', 't', '{}')`,
     )
-    expect((await migrate(db.pool, { schema: 'before_003' })).applied).toEqual(['003_outbox_scope'])
-    // A second key table in the same schema runs 003 again: nothing changes.
-    expect((await migrate(db.pool, { schema: 'before_003', table: 'inbox_keys' })).applied).toHaveLength(3)
+    expect((await migrate(db.pool, { schema: 'before_003' })).applied).toEqual([
+      '003_outbox_scope',
+      '004_outbox_claimed_by',
+    ])
+    // A second key table in the same schema runs 003 and 004 again: nothing changes.
+    expect((await migrate(db.pool, { schema: 'before_003', table: 'inbox_keys' })).applied).toHaveLength(4)
     const { rows } = await db.pool.query('SELECT id, scope, topic FROM before_003.outbox')
     expect(rows).toEqual([{ id: '6f1c0d8e-0000-4000-8000-000000000001', scope: '', topic: 't' }])
     const keys = await db.pool.query<{ name: string; def: string }>(

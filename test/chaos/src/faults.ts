@@ -13,6 +13,17 @@ export const SERVER_CRASH_POINTS = CHAOS_POINTS
 /** Client worker crash points: the worker SIGKILLs itself there when told to. */
 export const WORKER_CRASH_POINTS = ['after-intent-write', 'after-send', 'after-response'] as const
 
+/**
+ * Faults of a Citus cluster's workers, injected only with `--database citus`: a worker restarted (a clean or an
+ * immediate shutdown, as a node's restart or crash), and every connection to the run's database on one worker
+ * terminated. A tenant whose shard the worker holds is unavailable meanwhile; the others are served.
+ */
+export const WORKER_FAULTS = ['restart-worker', 'kill-worker-connections'] as const
+
+/** Faults of the one Postgres server the driver owns, which a Citus cluster does not have. */
+const SINGLE_SERVER_FAULTS: readonly string[] = ['restart-db', 'failover']
+
+/** Every fault kind of a run on one Postgres, the default there. */
 export const FAULT_KINDS = [
   ...NETWORK_FAULTS,
   ...SERVER_CRASH_POINTS.map((step) => `crash-${step}` as const),
@@ -28,8 +39,20 @@ export const FAULT_KINDS = [
   'expired-replay',
 ] as const
 
-export type FaultKind = (typeof FAULT_KINDS)[number]
+/** Every fault kind a run may name. */
+export const ALL_FAULT_KINDS = [...FAULT_KINDS, ...WORKER_FAULTS] as const
+
+export type FaultKind = (typeof ALL_FAULT_KINDS)[number]
+
+/** Where the demo's data lives: one Postgres (with a standby for failovers), or a Citus cluster. */
+export type Database = 'postgres' | 'citus'
+
+/** The fault kinds that can happen on `database`: every kind by default. */
+export function faultKindsOf(database: Database): FaultKind[] {
+  if (database === 'postgres') return [...FAULT_KINDS]
+  return [...FAULT_KINDS.filter((kind) => !SINGLE_SERVER_FAULTS.includes(kind)), ...WORKER_FAULTS]
+}
 
 export function isFaultKind(value: string): value is FaultKind {
-  return (FAULT_KINDS as readonly string[]).includes(value)
+  return (ALL_FAULT_KINDS as readonly string[]).includes(value)
 }

@@ -138,12 +138,15 @@ function watchedRequests(
   return all
 }
 
-/** Restarts and failovers of the database, from their start to their stop (the end of the history if none). */
+/** The faults that take (part of) the database away: a restart, a failover, a Citus worker's restart. */
+const OUTAGES: readonly string[] = ['restart-db', 'failover', 'restart-worker']
+
+/** Outages of the database, from their start to their stop (the end of the history if none). */
 function outageWindows(history: readonly HistoryEvent[]): Array<{ from: number; until: number }> {
   const windows: Array<{ from: number; until: number }> = []
   const started = new Map<string, number>()
   for (const event of history) {
-    if (event.type !== 'fault' || (event.fault !== 'restart-db' && event.fault !== 'failover')) continue
+    if (event.type !== 'fault' || !OUTAGES.includes(event.fault)) continue
     if (event.phase === 'start') started.set(event.fault, event.time)
     else if (event.phase === 'stop' && started.has(event.fault)) {
       windows.push({ from: started.get(event.fault)!, until: event.time })

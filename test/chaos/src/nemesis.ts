@@ -2,7 +2,7 @@
  * The nemesis: process-level faults on a seeded schedule, during the fault phase. Network faults run continuously
  * in the proxies (rates drawn from the seed) and crash points fire inside the processes; this loop adds what
  * needs the driver: pausing a server past its lease (the fencing case), killing database connections, restarting
- * Postgres, failing it over to its standby, and saturating an instance's connection pool with failing and slow
+ * Postgres, failing it over to its standby, restarting a Citus worker or killing its connections, and saturating an instance's connection pool with failing and slow
  * attempts (the liveness case).
  */
 import type { FaultKind } from './faults.js'
@@ -18,6 +18,10 @@ export interface NemesisActions {
   restartDb(): Promise<boolean | undefined>
   /** Crash the primary and promote its standby (false while no standby is streaming). */
   failover(): Promise<boolean | undefined>
+  /** Restart one Citus worker, cleanly or as a crash (only on a Citus cluster). */
+  restartWorker(): Promise<boolean | undefined>
+  /** Terminate every connection to the run's database on one Citus worker (only on a Citus cluster). */
+  killWorkerConnections(): Promise<boolean | undefined>
   /**
    * Send one instance a burst of failing and slow payments, several times its pool size, with rounds of
    * `pg_terminate_backend` meanwhile; resolves once every request of the burst ended (false: no instance running).
@@ -45,6 +49,8 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
       f === 'kill-db-connections' ||
       f === 'restart-db' ||
       f === 'failover' ||
+      f === 'restart-worker' ||
+      f === 'kill-worker-connections' ||
       f === 'saturate-pool',
   )
   const mean = options.meanIntervalMs ?? 4000
@@ -71,6 +77,8 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
         else if (kind === 'restart-db') happened = await options.actions.restartDb()
         else if (kind === 'failover') happened = await options.actions.failover()
         else if (kind === 'saturate-pool') happened = await options.actions.saturatePool()
+        else if (kind === 'restart-worker') happened = await options.actions.restartWorker()
+        else if (kind === 'kill-worker-connections') happened = await options.actions.killWorkerConnections()
         else happened = await options.actions.killDbConnections()
       } catch (error) {
         options.onError?.(error)

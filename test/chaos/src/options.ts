@@ -1,7 +1,7 @@
 /** The driver's options: parsed from the command line, validated, and turned back into a reproduce command. */
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { FAULT_KINDS, type FaultKind, isFaultKind } from './faults.js'
+import { ALL_FAULT_KINDS, type Database, type FaultKind, faultKindsOf, isFaultKind } from './faults.js'
 import { MAX_SEED, randomSeed } from './random.js'
 
 export type Tier = 'quick' | 'long'
@@ -47,6 +47,12 @@ export interface ChaosOptions {
    */
   pooler: 'none' | 'pgbouncer'
   /**
+   * Where the demo's data lives: one Postgres, or a Citus cluster (a coordinator and two workers started for the
+   * run, the demo's tables distributed by tenant), whose faults are its workers' (`restart-worker`,
+   * `kill-worker-connections`) instead of a single server's restart and failover.
+   */
+  database: Database
+  /**
    * The demo's in-process replay cache (`ONCELY_REPLAY_CACHE`). The engine empties it when its connections break, so
    * a failover that loses a finished record is not answered from memory. @default true
    */
@@ -72,7 +78,7 @@ export const USAGE = `Usage: pnpm chaos [options]
   --tier quick|long     sizing preset (default: quick)
   --intents <n>         number of intents (default: 200 quick, 5000 long)
   --duration <time>     fault phase bound, e.g. 90s, 10m (default: 60s quick, 30m long)
-  --faults a,b,c        fault kinds (default: all): ${FAULT_KINDS.join(', ')}
+  --faults a,b,c        fault kinds (default: every kind the database can have): ${ALL_FAULT_KINDS.join(', ')}
   --report <file>       JSON report path (default: <run dir>/report.json)
   --idempotency off     run the demo without idempotency (the checker must fail)
   --fencing off         run the demo without fencing (the checker must fail)
@@ -81,6 +87,7 @@ export const USAGE = `Usage: pnpm chaos [options]
   --reservation lock|row  the engine's reservation protocol (default: lock)
   --replication sync|async  the standby's replication, for the failover fault (default: sync)
   --pooler none|pgbouncer  reach Postgres through PgBouncer in transaction mode (default: none)
+  --database postgres|citus  one Postgres, or a Citus cluster of a coordinator and two workers (default: postgres)
   --replay-cache off    run the demo without its engine's in-process replay cache
   --servers <n>         API instances (default: 2)
   --workers <n>         client workers (default: 3)
@@ -109,6 +116,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
       reservation: { type: 'string' },
       replication: { type: 'string' },
       pooler: { type: 'string' },
+      database: { type: 'string' },
       'replay-cache': { type: 'string' },
       servers: { type: 'string' },
       workers: { type: 'string' },
@@ -118,7 +126,14 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
   const tier = values.tier ?? 'quick'
   if (tier !== 'quick' && tier !== 'long') throw new TypeError('Expected `--tier` to be quick or long.')
   const seed = values.seed === undefined ? randomSeed() : integer('--seed', values.seed, 0, MAX_SEED)
-  const faults = values.faults === undefined ? [...FAULT_KINDS] : parseFaults(values.faults)
+  const database = oneOf('--database', values.database, ['postgres', 'citus'])
+  const faults = values.faults === undefined ? faultKindsOf(database) : parseFaults(values.faults)
+  const impossible = faults.filter((kind) => !faultKindsOf(database).includes(kind))
+  if (impossible.length > 0) {
+    throw new TypeError(
+      `\`--faults\` names ${impossible.join(', ')}, which cannot happen with \`--database ${database}\`; it can have ${faultKindsOf(database).join(', ')}.`,
+    )
+  }
   const stamp = now.toISOString().replace(/[:.]/g, '-')
   const runDir = values['run-dir'] ?? join(root, 'runs', `${stamp}-seed-${seed}`)
   return {
@@ -136,6 +151,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     reservation: parseReservation(values.reservation),
     replication: oneOf('--replication', values.replication, ['sync', 'async']),
     pooler: oneOf('--pooler', values.pooler, ['none', 'pgbouncer']),
+    database,
     replayCache: onOff('--replay-cache', values['replay-cache']),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
     workers: values.workers === undefined ? 3 : integer('--workers', values.workers, 1, 32),
@@ -157,7 +173,7 @@ export function reproduceCommand(options: ChaosOptions): string {
     `--servers ${options.servers}`,
     `--workers ${options.workers}`,
   ]
-  if (options.faults.length !== FAULT_KINDS.length)
+  if (options.faults.length !== faultKindsOf(options.database).length)
     args.push(`--faults ${options.faults.join(',') || 'none'}`)
   if (!options.idempotency) args.push('--idempotency off')
   if (!options.fencing) args.push('--fencing off')
@@ -167,6 +183,7 @@ export function reproduceCommand(options: ChaosOptions): string {
   if (options.reservation !== 'lock') args.push(`--reservation ${options.reservation}`)
   if (options.replication !== 'sync') args.push(`--replication ${options.replication}`)
   if (options.pooler !== 'none') args.push(`--pooler ${options.pooler}`)
+  if (options.database !== 'postgres') args.push(`--database ${options.database}`)
   if (!options.replayCache) args.push('--replay-cache off')
   return args.join(' ')
 }
@@ -201,7 +218,7 @@ function parseFaults(text: string): FaultKind[] {
   for (const fault of faults) {
     if (!isFaultKind(fault)) {
       throw new TypeError(
-        `Unknown fault \`${fault}\` in \`--faults\`; expected none or some of ${FAULT_KINDS.join(', ')}.`,
+        `Unknown fault \`${fault}\` in \`--faults\`; expected none or some of ${ALL_FAULT_KINDS.join(', ')}.`,
       )
     }
   }

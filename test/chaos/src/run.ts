@@ -6,7 +6,17 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { createTestDatabase, type PgBouncer, startPgBouncer } from '@oncely/test-support'
+import {
+  type CitusCluster,
+  type CitusTestDatabase,
+  createCitusTestDatabase,
+  createTestDatabase,
+  type PgBouncer,
+  startCitusCluster,
+  startPgBouncer,
+  type TestDatabase,
+} from '@oncely/test-support'
+import pg from 'pg'
 import { check, FAILOVER_MARGIN_MS } from './checker.js'
 import { type Command, dispatch, PROBE_FAULTS, type ProbeIntentKind, type Readiness } from './dispatch.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
@@ -110,19 +120,24 @@ export async function run(
     })
     process.env.DATABASE_URL = cluster.url
   }
+  // On Citus: a coordinator and two workers of the run's own, the demo's tables distributed by tenant at its start.
+  const citus: CitusCluster | undefined =
+    options.database === 'citus' ? await startCitusCluster({ settings: ['fsync=on'] }) : undefined
   // Ctrl-C or a CI timeout: stop every process this run started before exiting, so nothing is left behind.
   const onSignal = () => {
     shuttingDown = true
-    void Promise.allSettled([...cleanup.map((fn) => fn()), cluster?.dispose()]).finally(() =>
+    void Promise.allSettled([...cleanup.map((fn) => fn()), cluster?.dispose(), citus?.stop()]).finally(() =>
       process.exit(130),
     )
   }
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
-  const db = await createTestDatabase('chaos').finally(() => {
-    if (sharedUrl === undefined) delete process.env.DATABASE_URL
-    else process.env.DATABASE_URL = sharedUrl
-  })
+  const db: TestDatabase | CitusTestDatabase = citus
+    ? await createCitusTestDatabase('chaos', { cluster: citus.url })
+    : await createTestDatabase('chaos').finally(() => {
+        if (sharedUrl === undefined) delete process.env.DATABASE_URL
+        else process.env.DATABASE_URL = sharedUrl
+      })
   const provider = await createTestDatabase('chaos_provider')
   cleanup.push(() => provider.drop())
   let bouncer: PgBouncer | undefined
@@ -218,6 +233,7 @@ export async function run(
           DATABASE_URL: proxiedDbUrl.toString(),
           DATABASE_POOL_SIZE: String(API_POOL_SIZE),
           ...(bouncer ? { DATABASE_POOLER: 'transaction' } : {}),
+          ...(citus ? { DATABASE_DISTRIBUTION: 'citus' } : {}),
           PROVIDER_DATABASE_URL: provider.url,
           LOG_LEVEL: 'warn',
           ONCELY_LEASE_MS: String(LEASE_MS),
@@ -482,6 +498,45 @@ export async function run(
           replayAfterFailover(Math.min(started, lostSince ?? started) - FAILOVER_MARGIN_MS)
           return true
         },
+        async restartWorker() {
+          if (!citus) return false
+          const worker = nemesisRandom.pick(citus.nodes.filter((node) => node.name !== 'coordinator'))
+          const how = nemesisRandom.int(0, 1) === 0 ? 'fast' : 'crash'
+          record('nemesis', {
+            type: 'fault',
+            fault: 'restart-worker',
+            target: worker.name,
+            phase: 'start',
+            detail: { how },
+          })
+          await citus.restart(worker.name, how)
+          fault('nemesis', 'restart-worker', worker.name, 'stop')
+          return true
+        },
+        async killWorkerConnections() {
+          if (!citus) return false
+          const nodeUrls = (db as CitusTestDatabase).nodeUrls.filter((node) => node.name !== 'coordinator')
+          const worker = nemesisRandom.pick(nodeUrls)
+          // The coordinator's connections to the worker, which carry the API's statements for that worker's shards.
+          const client = new pg.Client({ connectionString: worker.url })
+          client.on('error', () => {})
+          await client.connect()
+          try {
+            const killed = await client.query(
+              'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+            )
+            record('nemesis', {
+              type: 'fault',
+              fault: 'kill-worker-connections',
+              target: worker.name,
+              phase: 'once',
+              detail: { terminated: killed.rows[0]?.n ?? 0 },
+            })
+          } finally {
+            await client.end().catch(() => {})
+          }
+          return true
+        },
         async killDbConnections() {
           const terminated = await terminateBackends()
           record('nemesis', {
@@ -663,6 +718,7 @@ export async function run(
     history.close()
     await db.drop().catch(() => {})
     await cluster?.dispose()
+    await citus?.stop()
     // A passing run keeps its history, logs and report; the cluster is only worth its space when a run failed.
     if (cluster && passed) rmSync(pgdata, { recursive: true, force: true })
   }

@@ -9,8 +9,9 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { requireCitus } from '@oncely/test-support'
 import { afterAll, describe, expect, it } from 'vitest'
-import { FAULT_KINDS } from '../src/faults.js'
+import { FAULT_KINDS, faultKindsOf, WORKER_FAULTS } from '../src/faults.js'
 import { parseOptions } from '../src/options.js'
 import { formatSummary } from '../src/report.js'
 import { run } from '../src/run.js'
@@ -59,6 +60,38 @@ describe('the quick tier', () => {
     rmSync(options.runDir, { recursive: true, force: true })
   }, 600_000)
 })
+
+// A coordinator and two workers of the run's own, the demo's tables distributed by tenant: the quick tier with every
+// fault a cluster can have (its workers restarted, cleanly or as a crash, and their connections killed, in place of a
+// single server's restart and failover), under both protocols. CI builds Citus; elsewhere these runs are skipped
+// without it, with a line saying why.
+describe.skipIf(!requireCitus('the quick tier on a Citus cluster'))(
+  'the quick tier on a Citus cluster',
+  () => {
+    it.each(['lock', 'row'] as const)(
+      "survives every fault kind with reservation: '%s', the workers' faults counted",
+      async (reservation) => {
+        const options = parseOptions(
+          ['--seed=1', '--tier=quick', '--database=citus', `--reservation=${reservation}`],
+          resolve(dirname(fileURLToPath(import.meta.url)), '..'),
+        )
+        expect(options.faults).toEqual(faultKindsOf('citus'))
+        const report = await run(options, () => {})
+        const summary = formatSummary(report)
+        console.log(summary)
+        expect(report.violations, summary).toEqual([])
+        expect(report.missingFaults, summary).toEqual([])
+        for (const kind of WORKER_FAULTS)
+          expect(report.faults[kind] ?? 0, `${kind}\n${summary}`).toBeGreaterThan(0)
+        expect(report.outcomes.lost + report.outcomes.duplicated + report.outcomes.unexpected).toBe(0)
+        expect(report.liveness.requests, summary).toBeGreaterThan(0)
+        expect(report.outcomes.ok + report.outcomes.recovered).toBeGreaterThan(report.intents * 0.8)
+        rmSync(options.runDir, { recursive: true, force: true })
+      },
+      600_000,
+    )
+  },
+)
 
 describe('a failover under asynchronous replication', () => {
   const failover = (name: string, ...extra: string[]) =>

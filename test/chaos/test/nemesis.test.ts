@@ -28,6 +28,8 @@ describe('startNemesis', () => {
         killDbConnections: async () => void done.push('kill-db-connections'),
         failover: async () => void done.push('failover'),
         saturatePool: async () => void done.push('saturate-pool'),
+        restartWorker: async () => expect.fail('not enabled'),
+        killWorkerConnections: async () => expect.fail('not enabled'),
       },
     })
     for (let i = 0; i < 100 && done.length < 8; i++) await new Promise((r) => setTimeout(r, 10))
@@ -62,6 +64,8 @@ describe('startNemesis', () => {
         restartDb: async () => expect.fail('not enabled'),
         failover: async () => expect.fail('not enabled'),
         saturatePool: async () => expect.fail('not enabled'),
+        restartWorker: async () => expect.fail('not enabled'),
+        killWorkerConnections: async () => expect.fail('not enabled'),
         killDbConnections: async () => void done.push('kill-db-connections'),
       },
     })
@@ -71,6 +75,28 @@ describe('startNemesis', () => {
     // The first pass ends with the pause, after two refusals, before any seeded pick can repeat a kind.
     expect(done.indexOf('pause-server')).toBe(1)
     expect(done[0]).toBe('kill-db-connections')
+  })
+
+  it("injects a Citus cluster's worker faults when they are enabled", async () => {
+    const done: string[] = []
+    const nemesis = startNemesis({
+      random: createRandom(3),
+      faults: ['restart-worker', 'kill-worker-connections'],
+      pauseMs: 5,
+      meanIntervalMs: 10,
+      actions: {
+        pauseServer: async () => expect.fail('not enabled'),
+        restartDb: async () => expect.fail('not enabled'),
+        killDbConnections: async () => expect.fail('not enabled'),
+        failover: async () => expect.fail('not enabled'),
+        saturatePool: async () => expect.fail('not enabled'),
+        restartWorker: async () => void done.push('restart-worker'),
+        killWorkerConnections: async () => void done.push('kill-worker-connections'),
+      },
+    })
+    for (let i = 0; i < 100 && done.length < 2; i++) await new Promise((r) => setTimeout(r, 10))
+    await nemesis.stop()
+    expect(done.slice(0, 2).sort()).toEqual(['kill-worker-connections', 'restart-worker'])
   })
 
   it('does nothing when no nemesis fault is enabled', async () => {
@@ -84,6 +110,8 @@ describe('startNemesis', () => {
         killDbConnections: async () => expect.fail('no kill expected'),
         failover: async () => expect.fail('no failover expected'),
         saturatePool: async () => expect.fail('no burst expected'),
+        restartWorker: async () => expect.fail('no worker restart expected'),
+        killWorkerConnections: async () => expect.fail('no worker kill expected'),
       },
     })
     await nemesis.stop()

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { check } from '../src/checker.js'
-import { FAULT_KINDS } from '../src/faults.js'
+import { FAULT_KINDS, faultKindsOf } from '../src/faults.js'
 import type { HistoryEvent } from '../src/history.js'
 import { parseOptions, reproduceCommand } from '../src/options.js'
 import { buildReport, exitCode, formatSummary } from '../src/report.js'
@@ -64,7 +64,17 @@ describe('parseOptions', () => {
     expect(parseOptions(['--replication', 'async', '--pooler', 'pgbouncer'], ROOT)).toMatchObject({
       replication: 'async',
       pooler: 'pgbouncer',
+      database: 'postgres',
     })
+    // On Citus every kind but a single server's restart and failover, and the workers' faults.
+    const citus = parseOptions(['--database', 'citus', '--seed', '1'], ROOT)
+    expect(citus.faults).toEqual(faultKindsOf('citus'))
+    expect(citus.faults).toContain('restart-worker')
+    expect(citus.faults).toContain('kill-worker-connections')
+    expect(citus.faults).not.toContain('restart-db')
+    expect(citus.faults).not.toContain('failover')
+    expect(reproduceCommand(citus)).toContain('--database citus')
+    expect(reproduceCommand(citus)).not.toContain('--faults')
   })
 
   it('rejects bad values, naming the option', () => {
@@ -73,6 +83,13 @@ describe('parseOptions', () => {
     expect(() => parseOptions(['--tier', 'medium'], ROOT)).toThrow(/`--tier`/)
     expect(() => parseOptions(['--duration', 'soon'], ROOT)).toThrow(/`--duration`/)
     expect(() => parseOptions(['--faults', 'drop-response,meteor'], ROOT)).toThrow(/Unknown fault `meteor`/)
+    expect(() => parseOptions(['--database', 'mysql'], ROOT)).toThrow(/`--database` to be postgres or citus/)
+    expect(() => parseOptions(['--database', 'citus', '--faults', 'failover'], ROOT)).toThrow(
+      /names failover, which cannot happen with `--database citus`/,
+    )
+    expect(() => parseOptions(['--faults', 'restart-worker'], ROOT)).toThrow(
+      /names restart-worker, which cannot happen with `--database postgres`/,
+    )
     expect(() => parseOptions(['--idempotency', 'no'], ROOT)).toThrow(/`--idempotency`/)
     expect(() => parseOptions(['--servers', '1'], ROOT)).toThrow(/`--servers`/)
     expect(() => parseOptions(['--backstop', 'no'], ROOT)).toThrow(/`--backstop`/)

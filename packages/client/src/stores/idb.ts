@@ -30,14 +30,6 @@ export interface IndexedDbStoreOptions {
    * @example 'fail'
    */
   fallback?: 'memory' | 'fail'
-  /**
-   * No longer used: tabs are kept apart with Web Locks only (see {@link indexedDbStore}). Still accepted, so
-   * existing code keeps compiling.
-   * @deprecated Remove it; it has no effect.
-   * @default 10_000
-   * @example undefined
-   */
-  leaseMs?: number
 }
 
 const INTENTS = 'intents'
@@ -85,7 +77,10 @@ export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore
     'strict',
   )
   const fallbackMode = checks.oneOf('fallback', options.fallback, ['memory', 'fail'], 'memory')
-  checks.number('leaseMs', options.leaseMs, 10_000, Number.MIN_VALUE)
+  if ((options as { leaseMs?: unknown }).leaseMs !== undefined) {
+    // Removed before 1.0: tabs are kept apart with Web Locks, so a lease here would only mislead.
+    checks.problem('`leaseMs` was removed: tabs are kept apart with Web Locks; remove the option')
+  }
   checks.done()
   let sink: StoreEventSink | undefined
   let dbp: Promise<IDBDatabase> | undefined

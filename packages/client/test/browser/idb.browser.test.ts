@@ -245,6 +245,12 @@ describe('indexedDbStore in Chromium', () => {
     )
   })
 
+  it('refuses the removed leaseMs option, naming the fix', () => {
+    expect(() => indexedDbStore({ leaseMs: 10_000 } as never)).toThrow(
+      /`leaseMs` was removed.*remove the option/,
+    )
+  })
+
   it('falls back to memory with an event when IndexedDB cannot be opened, or fails closed when asked', async () => {
     vi.spyOn(indexedDB, 'open').mockImplementation(() => {
       throw new DOMException(

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto'
+import { randomInt, randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
 import { asDatabase } from '../store/as-database.js'
@@ -45,8 +45,12 @@ export interface DispatcherOptions {
    */
   batchSize?: number
   /**
-   * How long a claim is exclusive. A dispatcher that crashes mid-batch leaves its rows claimed until then; another
-   * dispatcher publishes them afterwards. Set it well above the publisher's worst-case latency for a whole batch.
+   * How long a claim is exclusive. Set it well above the publisher's worst-case latency for a whole batch. A started
+   * dispatcher whose LISTEN works also holds a session-level advisory lock on that connection and names it in its
+   * claims: when its process dies (or that connection closes), Postgres drops the lock and another dispatcher takes
+   * the claims over at its next round, without waiting. Otherwise (`listen: false`, a transaction-mode pooler,
+   * `dispatchOnce()` without `start()`, an outbox distributed by Citus), a crashed dispatcher's rows stay claimed
+   * until the lease runs out. Either way a takeover may publish a message again (delivery is at least once).
    * @default 30_000
    */
   leaseMs?: number
@@ -203,7 +207,8 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   async function claimBatch(token: string): Promise<q.ClaimRow[]> {
     if (!(await isDistributed(database, table))) {
       await database.query(q.buryExhausted(table, maxAttempts))
-      return (await database.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs))).rows
+      return (await database.query<q.ClaimRow>(q.claim(table, token, batchSize, leaseMs, presence ?? null)))
+        .rows
     }
     const tenants = await database.query<{ scope: string }>(q.tenantsDue(table, maxAttempts, batchSize))
     const rows: q.ClaimRow[] = []
@@ -211,7 +216,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
       if (rows.length >= batchSize) break
       await database.query(q.buryExhausted(table, maxAttempts, scope))
       const claimed = await database.query<q.ClaimRow>(
-        q.claim(table, token, batchSize - rows.length, leaseMs, scope),
+        q.claim(table, token, batchSize - rows.length, leaseMs, null, scope),
       )
       rows.push(...claimed.rows)
     }
@@ -240,13 +245,38 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   let checkSent: Promise<void> | undefined
   // Set once a LISTEN heard nothing: never listened again.
   let deaf = false
+  // The second key of the presence lock the LISTEN connection holds (queries.ts, PRESENCE_CLASS), once taken: claims
+  // record it, so that when this process dies another dispatcher takes them over at once, not after `leaseMs`.
+  let presence: number | undefined
+  // The presence lock being taken, if it is (awaited by stop(), which lets go of it).
+  let presenceTaken: Promise<void> | undefined
   const onNotification = (message: pg.Notification) => {
     if (check && message.payload === check.payload) {
       clearTimeout(check.timer)
       check = undefined
+      // The LISTEN heard its own check: the connection is a session of its own, not a pooler's, so a lock taken on
+      // it lasts exactly as long as this dispatcher's connection does.
+      if (listener) presenceTaken = takePresence(listener)
     }
     notified = true
     wake?.()
+  }
+
+  /** Takes a presence lock on the LISTEN connection, under a random key not held by another dispatcher. */
+  async function takePresence(client: pg.PoolClient): Promise<void> {
+    try {
+      for (let tries = 0; tries < 5 && presence === undefined && listener === client; tries++) {
+        const id = randomInt(1, 2 ** 31)
+        const taken = await client.query<{ taken: boolean }>(
+          'SELECT pg_try_advisory_lock($1::int4, $2::int4) AS taken',
+          [q.PRESENCE_CLASS, id],
+        )
+        if (taken.rows[0]?.taken && listener === client) presence = id
+      }
+    } catch (error) {
+      // Without it, claims are freed by their lease alone, as before.
+      if (running) emit({ type: 'error', error })
+    }
   }
 
   async function giveUpListening(): Promise<void> {
@@ -290,7 +320,10 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     // Attached only while the dispatcher holds the client: once released, its errors are the pool's.
     const onError = (error: Error) => {
       emit({ type: 'error', error })
-      if (listener === client) listener = undefined
+      if (listener === client) {
+        listener = undefined
+        presence = undefined
+      }
       client.off('notification', onNotification)
       client.off('error', onError)
       client.release(error)
@@ -308,7 +341,13 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
     releaseListener = async () => {
       client.off('notification', onNotification)
       let broken: Error | undefined
-      await client.query(`UNLISTEN ${quoteIdent(channel)}`).catch((error: Error) => {
+      await presenceTaken
+      presenceTaken = undefined
+      // No claim of this dispatcher is in flight any more (stop() waited for the round), so the lock can go first.
+      const unlock =
+        presence === undefined ? '' : `SELECT pg_advisory_unlock(${q.PRESENCE_CLASS}, ${presence}); `
+      presence = undefined
+      await client.query(`${unlock}UNLISTEN ${quoteIdent(channel)}`).catch((error: Error) => {
         broken = error
       })
       client.off('error', onError)

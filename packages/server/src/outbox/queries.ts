@@ -5,6 +5,25 @@ import type { Statement } from '../store/database.js'
 const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
 /**
+ * The first key of every dispatcher's presence lock, `pg_advisory_lock(PRESENCE_CLASS, id)`: a session-level lock a
+ * started dispatcher holds on its LISTEN connection, whose second key its claims record as `claimed_by`. Postgres
+ * drops the lock with the session, so a claim whose lock is gone belongs to a dispatcher that is no more.
+ */
+export const PRESENCE_CLASS = 0x6f6e6365
+
+/**
+ * Whether the claim of row `alias` is free: its lease ran out, or it names a presence lock no session holds. The
+ * held locks are read once per statement (an uncorrelated subquery), from `pg_locks`, which every role may read.
+ */
+function claimFree(alias: string, presence: boolean): string {
+  const lease = `${alias}claimed_until <= now()`
+  if (!presence) return lease
+  return `(${lease} OR (${alias}claimed_by IS NOT NULL AND ${alias}claimed_by NOT IN (
+    SELECT l.objid::int8 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+      AND l.classid = ${PRESENCE_CLASS}::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))))`
+}
+
+/**
  * Serializes enqueues of one aggregate until commit, so sequence order equals commit order per aggregate (without
  * it, a later `seq` could commit first and be published before an earlier one becomes visible).
  */
@@ -38,14 +57,15 @@ export function insert(
 }
 
 /**
- * Dead-letters rows whose dispatcher crashed on their last allowed attempt (their lease ran out); of one tenant
- * when `scope` is given (a distributed outbox, where a statement must stay within one shard).
+ * Dead-letters rows whose dispatcher crashed on their last allowed attempt (their claim is free); of one tenant
+ * when `scope` is given (a distributed outbox, where a statement must stay within one shard, and where presence
+ * locks, taken on the coordinator, cannot be seen: leases alone free claims there).
  */
 export function buryExhausted(table: string, maxAttempts: number, scope?: string): Statement {
   return {
-    text: `UPDATE ${table} SET status = 'dead', claim_token = NULL, claimed_until = NULL,
+    text: `UPDATE ${table} SET status = 'dead', claim_token = NULL, claimed_until = NULL, claimed_by = NULL,
   last_error = coalesce(last_error, 'claim lease expired on the last attempt')
-WHERE status = 'pending' AND claimed_until <= now() AND attempts >= $1${scope === undefined ? '' : ' AND scope = $2'}`,
+WHERE status = 'pending' AND ${claimFree('', scope === undefined)} AND attempts >= $1${scope === undefined ? '' : ' AND scope = $2'}`,
     values: scope === undefined ? [maxAttempts] : [maxAttempts, scope],
   }
 }
@@ -66,34 +86,39 @@ GROUP BY scope ORDER BY min(seq) LIMIT $2`,
 }
 
 /**
- * Claims up to `batchSize` due rows for `leaseMs`. A row is skipped while an earlier row of its aggregate is pending
- * (claimed or not), so one aggregate never has two messages in flight. SKIP LOCKED lets dispatchers run side by side.
- * With `scope`, only that tenant's rows, and its aggregates are the tenant's own (a distributed outbox: Citus runs
- * FOR UPDATE only in a statement on one shard).
+ * Claims up to `batchSize` due rows for `leaseMs`, recording `claimant` (the dispatcher's presence lock, or null).
+ * A row is skipped while an earlier row of its aggregate is pending (claimed or not), so one aggregate never has two
+ * messages in flight. SKIP LOCKED lets dispatchers run side by side. With `scope`, only that tenant's rows, and its
+ * aggregates are the tenant's own (a distributed outbox: Citus runs FOR UPDATE only in a statement on one shard).
  */
 export function claim(
   table: string,
   token: string,
   batchSize: number,
   leaseMs: number,
+  claimant: number | null,
   scope?: string,
 ): Statement {
-  const [own, ownAggregate] = scope === undefined ? ['', ''] : [' AND o.scope = $4', ' AND p.scope = $4']
+  const [own, ownAggregate] = scope === undefined ? ['', ''] : [' AND o.scope = $5', ' AND p.scope = $5']
   return {
     text: `WITH due AS (
   SELECT o.scope, o.id FROM ${table} o
   WHERE o.status = 'pending' AND o.available_at <= now()${own}
-    AND (o.claimed_until IS NULL OR o.claimed_until <= now())
+    AND (o.claimed_until IS NULL OR ${claimFree('o.', scope === undefined)})
     AND (o.aggregate_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM ${table} p WHERE p.status = 'pending' AND p.aggregate_key = o.aggregate_key AND p.seq < o.seq${ownAggregate}))
   ORDER BY o.seq
   LIMIT $2
   FOR UPDATE OF o SKIP LOCKED
 )
-UPDATE ${table} o SET claim_token = $1, claimed_until = now() + ${ms('$3')}, attempts = o.attempts + 1
+UPDATE ${table} o SET claim_token = $1, claimed_until = now() + ${ms('$3')}, claimed_by = $4::int8,
+  attempts = o.attempts + 1
 FROM due WHERE o.scope = due.scope AND o.id = due.id
 RETURNING o.id, o.scope, o.topic, o.aggregate_key, o.payload, o.headers, o.attempts, o.created_at, o.seq`,
-    values: scope === undefined ? [token, batchSize, leaseMs] : [token, batchSize, leaseMs, scope],
+    values:
+      scope === undefined
+        ? [token, batchSize, leaseMs, claimant]
+        : [token, batchSize, leaseMs, claimant, scope],
   }
 }
 
@@ -112,7 +137,8 @@ export interface ClaimRow {
 /** Marks a row published, fenced by the claim token: a dispatcher whose lease was taken over changes nothing. */
 export function markPublished(table: string, row: { scope: string; id: string }, token: string): Statement {
   return {
-    text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL
+    text: `UPDATE ${table} SET status = 'published', published_at = now(), claim_token = NULL, claimed_until = NULL,
+  claimed_by = NULL
 WHERE scope = $3 AND id = $1 AND claim_token = $2 AND status = 'pending'`,
     values: [row.id, token, row.scope],
   }
@@ -128,7 +154,7 @@ export function markFailed(
   maxAttempts: number,
 ): Statement {
   return {
-    text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, last_error = $3,
+    text: `UPDATE ${table} SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, last_error = $3,
   available_at = now() + ${ms('$4')},
   status = CASE WHEN attempts >= $5 THEN 'dead' ELSE 'pending' END
 WHERE scope = $6 AND id = $1 AND claim_token = $2 AND status = 'pending'

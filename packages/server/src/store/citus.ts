@@ -4,6 +4,8 @@
 // coordinator: only migrate() reads it, in the transaction that runs the DDL there.
 import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
+import { asDatabase } from './as-database.js'
+import type { Database, Rows } from './database.js'
 import { checkIdentifier, quoteIdent, tableNames } from './identifiers.js'
 import { DEFAULT_SCHEMA, DEFAULT_TABLE } from './migrations.js'
 
@@ -44,8 +46,8 @@ export interface DistributeResult {
 }
 
 /**
- * Distributes oncely's tables on a Citus cluster (run on the coordinator, after `migrate()`): the key table by `scope`
- * in the co-location group of `colocateWith`, and the outbox with it. The engine's statements on the key table all
+ * Distributes oncely's tables on a Citus cluster (run on the coordinator, after `migrate()`, through a pg.Pool or a
+ * datasource): the key table by `scope` in the co-location group of `colocateWith`, and the outbox with it. The engine's statements on the key table all
  * name one scope, so each request's reservation, completion and business writes run on the one node holding the
  * tenant's shard. Idempotent and safe to call from every instance at start-up (they take turns).
  *
@@ -58,8 +60,11 @@ export interface DistributeResult {
  * await pool.query("SELECT create_distributed_table('payments', 'tenant_id')")
  * await distribute(pool, { colocateWith: 'payments' })
  */
-export async function distribute(pool: pg.Pool, options: DistributeOptions = {}): Promise<DistributeResult> {
-  if (typeof pool?.connect !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
+export async function distribute(
+  on: pg.Pool | Database,
+  options: DistributeOptions = {},
+): Promise<DistributeResult> {
+  const database = asDatabase(on, 'distribute()')
   if (typeof options !== 'object' || options === null)
     throw new TypeError('Expected `options` to be an object.')
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
@@ -80,18 +85,16 @@ export async function distribute(pool: pg.Pool, options: DistributeOptions = {})
 
   const keys = tableNames(schema, table).qualified
   const outbox = `${quoteIdent(schema)}.outbox`
-  const client = await pool.connect()
-  let failure: Error | undefined
-  try {
-    await client.query('BEGIN')
-    await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:distribute:${keys}`])
-    const citus = await client.query(`SELECT 1 FROM pg_extension WHERE extname = 'citus'`)
+  return database.transaction(async (tx) => {
+    const client: Run = (text, values = []) => database.execute(tx, { text, values })
+    await client('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:distribute:${keys}`])
+    const citus = await client(`SELECT 1 FROM pg_extension WHERE extname = 'citus'`)
     if (citus.rowCount === 0) {
       throw new Error(
         'distribute() needs the citus extension in this database: run it on the coordinator of a Citus cluster, after CREATE EXTENSION citus.',
       )
     }
-    const migrated = await client.query<{ keys: boolean; scoped: boolean }>(
+    const migrated = await client<{ keys: boolean; scoped: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AS keys,
         EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'scope' AND NOT attisdropped) AS scoped`,
       [keys, outbox],
@@ -107,32 +110,27 @@ export async function distribute(pool: pg.Pool, options: DistributeOptions = {})
     const group = colocateWith ?? 'default'
     if (await distributeOne(client, keys, group, shardCount)) distributed.push(keys)
     if (withOutbox && (await distributeOne(client, outbox, keys, undefined))) distributed.push(outbox)
-    const { rows } = await client.query<{ colocationid: number }>(
+    const { rows } = await client<{ colocationid: number }>(
       'SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = $1::regclass',
       [keys],
     )
     if (colocateWith !== undefined) await checkGroup(client, keys, colocateWith)
     if (withOutbox) await checkGroup(client, outbox, keys)
-    await client.query('COMMIT')
     return { distributed, colocationId: rows[0]!.colocationid }
-  } catch (error) {
-    await client.query('ROLLBACK').catch((rollback: Error) => {
-      failure = rollback
-    })
-    throw error
-  } finally {
-    client.release(failure)
-  }
+  })
 }
+
+/** One statement in distribute()'s transaction. */
+type Run = <R = Record<string, unknown>>(text: string, values?: unknown[]) => Promise<Rows<R>>
 
 /** Distributes `table` by scope unless it already is; true when it did. Refuses a table distributed otherwise. */
 async function distributeOne(
-  client: pg.PoolClient,
+  client: Run,
   table: string,
   colocateWith: string,
   shardCount: number | undefined,
 ): Promise<boolean> {
-  const { rows } = await client.query<{ method: string; column: string | null }>(
+  const { rows } = await client<{ method: string; column: string | null }>(
     `SELECT partmethod AS method, column_to_column_name(logicalrelid, partkey) AS column
      FROM pg_dist_partition WHERE logicalrelid = $1::regclass`,
     [table],
@@ -150,15 +148,15 @@ async function distributeOne(
     args.push('shard_count => $3')
     values.push(shardCount)
   }
-  await client.query(`SELECT create_distributed_table(${args.join(', ')})`, values)
+  await client(`SELECT create_distributed_table(${args.join(', ')})`, values)
   // Rows written before are copied to the shards; the coordinator's copy is no longer read: free its space.
-  await client.query('SELECT truncate_local_data_after_distributing_table($1)', [table])
+  await client('SELECT truncate_local_data_after_distributing_table($1)', [table])
   return true
 }
 
 /** A business table to co-locate with must be hash-distributed; Citus checks that the column types match. */
-async function checkColocateWith(client: pg.PoolClient, table: string): Promise<void> {
-  const { rows } = await client.query<{ method: string }>(
+async function checkColocateWith(client: Run, table: string): Promise<void> {
+  const { rows } = await client<{ method: string }>(
     'SELECT partmethod AS method FROM pg_dist_partition WHERE logicalrelid = to_regclass($1)',
     [table],
   )
@@ -170,8 +168,8 @@ async function checkColocateWith(client: pg.PoolClient, table: string): Promise<
 }
 
 /** Refuses a table that was distributed before, in another co-location group than asked. */
-async function checkGroup(client: pg.PoolClient, table: string, other: string): Promise<void> {
-  const { rows } = await client.query<{ same: boolean }>(
+async function checkGroup(client: Run, table: string, other: string): Promise<void> {
+  const { rows } = await client<{ same: boolean }>(
     `SELECT (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = $1::regclass)
           = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = to_regclass($2)) AS same`,
     [table, other],

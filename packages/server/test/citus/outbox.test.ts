@@ -5,7 +5,7 @@
 import { type TestDatabase, waitFor } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDispatcher, enqueue, type OutboxMessage, type Publisher } from '../../src/outbox/index.js'
-import { claim } from '../../src/outbox/queries.js'
+import { claim, PRESENCE_CLASS } from '../../src/outbox/queries.js'
 import { engineFor, freshKey, setupDatabase } from '../helpers.js'
 import { shardOf } from './plans.js'
 
@@ -59,7 +59,7 @@ const statusOf = async (topic: string) =>
 
 describe('the outbox on a Citus cluster', () => {
   it('refuses the single-Postgres claim through the coordinator (a FOR UPDATE across shards)', async () => {
-    const { text, values } = claim('oncely.outbox', crypto.randomUUID(), 10, 1_000)
+    const { text, values } = claim('oncely.outbox', crypto.randomUUID(), 10, 1_000, null)
     await expect(db.pool.query(text, [...values])).rejects.toMatchObject({
       message: 'could not run distributed query with FOR UPDATE/SHARE commands',
     })
@@ -140,9 +140,12 @@ describe('the outbox on a Citus cluster', () => {
     const dispatcher = createDispatcher({ pool: db.pool, publisher, pollIntervalMs: 60_000 })
     dispatcher.start()
     try {
+      // Its presence lock is taken once its LISTEN heard its own check notification.
       await waitFor('the dispatcher to listen', async () => {
         const { rows } = await db.pool.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`,
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid AND granted
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+          [PRESENCE_CLASS],
         )
         return rows[0].n > 0
       })

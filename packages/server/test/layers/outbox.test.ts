@@ -215,8 +215,10 @@ describe('dispatcher', () => {
       })
       dispatcher.start()
       await waitFor('the LISTEN connection', async () => {
+        // Its last statement: the LISTEN, or the presence lock taken once the LISTEN heard its own check.
         const { rows } = await own.pool.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()
+             AND (query LIKE 'LISTEN%' OR query LIKE 'SELECT pg_try_advisory_lock%')`,
         )
         return rows[0].n > 0
       })
