@@ -16,6 +16,7 @@ export default defineConfig({
     otel: 'src/otel/index.ts',
     'postgres-js': 'src/postgres-js/index.ts',
     drizzle: 'src/drizzle/index.ts',
+    prisma: 'src/prisma/index.ts',
     testing: 'src/testing/index.ts',
     kysely: 'src/kysely/index.ts',
     knex: 'src/knex/index.ts',

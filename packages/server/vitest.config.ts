@@ -12,6 +12,7 @@ const onePass = [
   'test/migrations.test.ts',
   'test/layers/optional-deps.test.ts',
   'test/datasources/sabotage.test.ts',
+  'test/datasources/prisma.test.ts',
   'test/layers/dispatcher-kill.test.ts',
   'test/errors.test.ts',
   'test/datasources/round-trips.test.ts',
@@ -31,6 +32,7 @@ const otherDatasources: string[] = [
   'kysely',
   'knex',
   'typeorm',
+  'prisma',
 ]
 
 const withPooler =
@@ -63,6 +65,8 @@ export default mergeConfig(
   shared,
   defineConfig({
     test: {
+      // The Prisma client the Prisma datasource's tests use is generated, not committed.
+      globalSetup: ['test/datasources/prisma/setup.ts'],
       projects: [
         ...PROTOCOLS.map((reservation) => ({
           extends: true as const,

@@ -95,7 +95,9 @@ export async function insertOrExisting<T, Tx = pg.PoolClient>(
     return { created: true, value }
   } catch (error) {
     await run('ROLLBACK TO SAVEPOINT oncely_backstop')
-    if (!isUniqueViolation(error, options.constraint)) throw error
+    // A library whose errors hide Postgres's (Prisma's P2002) has its datasource explain them.
+    const seen = database?.diagnose?.(error)?.error ?? error
+    if (!isUniqueViolation(seen, options.constraint)) throw error
     return { created: false, value: await options.existing(tx) }
   }
 }

@@ -60,6 +60,21 @@ for (const snippet of snippets) writeFileSync(path.join(workDir, fileOf(snippet)
 const ambientDir = path.resolve(import.meta.dirname, '../ambient')
 for (const file of readdirSync(ambientDir))
   copyFileSync(path.join(ambientDir, file), path.join(workDir, file))
+// A Prisma example imports the client `prisma generate` makes from the schema shown in its Markdown: every ```prisma
+// block is written to .snippets/prisma/ (a project's prisma/ folder, its `output` relative to it) and generated.
+const prismaSchemas = markdownFiles.flatMap((file) =>
+  [...readFileSync(path.join(root, file), 'utf8').matchAll(/^```prisma\n([\s\S]*?)^```/gm)].map(
+    (block) => block[1] as string,
+  ),
+)
+prismaSchemas.forEach((schema, i) => {
+  const file = path.join(workDir, 'prisma', `schema-${i + 1}.prisma`)
+  mkdirSync(path.dirname(file), { recursive: true })
+  writeFileSync(file, schema)
+  execFileSync(process.execPath, [path.join(root, 'scripts/prisma-generate.mjs'), file], {
+    cwd: path.resolve(import.meta.dirname, '..'),
+  })
+})
 
 /** Maps `.snippets/<name>.ts(line,col)` in compiler output back to the Markdown file and line. */
 function toMarkdownLocations(output: string): string {

@@ -33,6 +33,8 @@ export interface CallbackLibrary<Tx> {
   readonly pipelines?: boolean
   /** A cheap shape check of the library's transaction objects. */
   isTransaction(tx: unknown): tx is Tx
+  /** See `Database.diagnose`: for a library whose own errors hide Postgres's, the error as Postgres reported it. */
+  diagnose?(error: unknown): { error: Error; adapted: boolean } | undefined
 }
 
 /** What a session's callback throws to make the library roll back (an Error: some libraries accept no other). */
@@ -64,6 +66,7 @@ export function callbackDatabase<Tx>(lib: CallbackLibrary<Tx>): Database<Tx> {
     transaction: (work) => lib.transaction(work),
     ...(lib.savepoint ? { savepoint: lib.savepoint.bind(lib) } : {}),
     isTransaction: (tx): tx is Tx => lib.isTransaction(tx),
+    ...(lib.diagnose ? { diagnose: (error: unknown) => lib.diagnose?.(error) } : {}),
     // These libraries do not report the loss of an idle connection; a lost one shows in the next statement.
     onConnectionLost: () => {},
   }

@@ -29,7 +29,8 @@ function claimFree(alias: string, presence: boolean): string {
  */
 export function lockAggregate(table: string, aggregateKey: string): Statement {
   return {
-    text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))',
+    // Cast: a void column is one some libraries cannot read (Prisma).
+    text: 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text',
     values: [`${table}:${aggregateKey}`],
   }
 }
@@ -50,7 +51,7 @@ export function insert(
     text: `WITH inserted AS (
   INSERT INTO ${table} (id, scope, topic, aggregate_key, payload, headers) VALUES ($1, $7, $2, $3, $4::jsonb, $5)
   RETURNING id
-) SELECT pg_notify($6, '') FROM inserted`,
+) SELECT pg_notify($6, '')::text FROM inserted`,
     values: [row.id, row.topic, row.aggregateKey, row.payload, row.headers, channel, row.scope],
   }
 }

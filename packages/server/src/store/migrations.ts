@@ -76,7 +76,8 @@ export async function migrate(on: pg.Pool | Database, target: MigrationTarget = 
   const ledger = `${schema}.${quoteIdent(LEDGER)}`
   return database.transaction(async (tx) => {
     const run = (text: string, values: unknown[] = []) => database.execute(tx, { text, values })
-    await run('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`oncely:migrate:${schema}`])
+    // Cast: a void column is one some libraries cannot read (Prisma).
+    await run('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text', [`oncely:migrate:${schema}`])
     await run(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
     await run(
       `CREATE TABLE IF NOT EXISTS ${ledger} (

@@ -16,7 +16,9 @@ import { type Database, nodePostgres } from '../../src/index.js'
 import { knexDatabase } from '../../src/knex/index.js'
 import { kyselyDatabase } from '../../src/kysely/index.js'
 import { postgresJs } from '../../src/postgres-js/index.js'
+import type { PrismaTransaction } from '../../src/prisma/index.js'
 import { typeormDatabase } from '../../src/typeorm/index.js'
+import type { PrismaClient } from './prisma/generated/client.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -212,6 +214,31 @@ async function typeormUnderTest(url: string): Promise<DatasourceUnderTest<Entity
   }
 }
 
+// The client generated from prisma/schema.prisma (a `Payment` model on `payments`) by the tests' global setup,
+// loaded only when this datasource is tested.
+async function prismaUnderTest(url: string): Promise<DatasourceUnderTest<PrismaTransaction<PrismaClient>>> {
+  const [{ PrismaClient }, { PrismaPg }, { prismaDatabase }] = await Promise.all([
+    import('./prisma/generated/client.js'),
+    import('@prisma/adapter-pg'),
+    import('../../src/prisma/index.js'),
+  ])
+  const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 10 }) })
+  const side = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 2 }) })
+  const secondPrisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 5 }) })
+  const secondSide = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 2 }) })
+  return {
+    database: prismaDatabase({ prisma, side }),
+    second: prismaDatabase({ prisma: secondPrisma, side: secondSide }),
+    async pay(tx, cart) {
+      await (sabotaged ? prisma : tx).payment.create({ data: { tenant: 't', cart, amount: 100 } })
+    },
+    payments: (cart) => prisma.payment.count({ where: { cart } }),
+    async close() {
+      await Promise.all([prisma, side, secondPrisma, secondSide].map((client) => client.$disconnect()))
+    },
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
@@ -221,6 +248,7 @@ export const datasources: Record<string, OpenDatasource> = {
   kysely: kyselyUnderTest as OpenDatasource,
   knex: knexUnderTest as OpenDatasource,
   typeorm: typeormUnderTest as OpenDatasource,
+  prisma: prismaUnderTest as OpenDatasource,
 }
 
 /** The datasource this run of the suite tests. */

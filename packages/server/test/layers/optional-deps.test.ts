@@ -90,6 +90,14 @@ describe('optional dependencies stay behind their subpath', () => {
     expect([...loaded]).toEqual(['@opentelemetry/api'])
   })
 
+  it('the prisma subpath loads nothing of Prisma at run time (it uses only its types)', () => {
+    const loaded = specifiersLoadedBy(['@oncely/server/prisma'])
+    expect(loaded).toContain('@oncely/server/prisma')
+    expect(loaded.filter((specifier) => specifier.startsWith('@prisma/') || specifier === 'prisma')).toEqual(
+      [],
+    )
+  })
+
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
     expect(specifiersLoadedBy(['@oncely/server/fastify']).filter(frameworks)).toContain('fastify-plugin')
   })
