@@ -14,6 +14,7 @@ export default defineConfig({
     webhooks: 'src/webhooks/index.ts',
     jobs: 'src/jobs/index.ts',
     otel: 'src/otel/index.ts',
+    pglite: 'src/pglite/index.ts',
     testing: 'src/testing/index.ts',
   },
   format: ['esm', 'cjs'],

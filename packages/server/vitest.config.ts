@@ -21,7 +21,7 @@ const throughPooler = ['test/engine.test.ts', 'test/adapters/contract.test.ts']
 // The datasource contract (test/datasources/contract.test.ts) runs once more per protocol for every datasource
 // other than node-postgres (which the projects above already run it under), named as test/datasources/registry.ts
 // names them.
-const otherDatasources: string[] = []
+const otherDatasources: string[] = ['pglite']
 
 const withPooler =
   Boolean(process.env.CI) ||

@@ -2,8 +2,10 @@
 // database URL, and the business writes and counts made through that library itself, so an effect counted by a test
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
+import { PGlite, type Transaction } from '@electric-sql/pglite'
 import pg from 'pg'
 import { type Database, nodePostgres } from '../../src/index.js'
+import { pglite } from '../../src/pglite/index.js'
 
 /** One library under test. */
 export interface DatasourceUnderTest<Tx = unknown> {
@@ -53,10 +55,46 @@ function nodePostgresUnderTest(url: string): Promise<DatasourceUnderTest<pg.Pool
   })
 }
 
+/**
+ * PGlite, in memory, on a database of its own (the URL is not used): the suite creates its tables through the
+ * datasource. It has one connection, so there is no `second` of its own (the cases that need one are left out, see
+ * contract.test.ts). A sabotaged `pay` cannot wait for its write: outside the transaction it would wait for the
+ * connection the handler's own transaction holds, for ever. It sends the write without waiting, which then commits
+ * after the transaction ended, whatever its outcome.
+ */
+async function pgliteUnderTest(): Promise<DatasourceUnderTest<Transaction>> {
+  const db = await PGlite.create()
+  const database = pglite({ db })
+  const insert = 'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100)'
+  return {
+    database,
+    second: database,
+    async pay(tx, cart) {
+      if (sabotaged) void db.query(insert, ['t', cart]).catch(() => {})
+      else await tx.query(insert, ['t', cart])
+    },
+    async payments(cart) {
+      const { rows } = await db.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM payments WHERE cart = $1',
+        [cart],
+      )
+      return rows[0]?.n ?? 0
+    },
+    close: () => db.close(),
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
+  pglite: pgliteUnderTest as OpenDatasource,
 }
+
+/**
+ * The datasources of a single connection (`Database.oneConnection`): the contract suite leaves out the cases that
+ * need a second connection or a second process on the same database, each saying why.
+ */
+export const oneConnection: ReadonlySet<string> = new Set(['pglite'])
 
 /** The datasource this run of the suite tests. */
 export const datasourceName = process.env.ONCELY_TEST_DATASOURCE ?? 'node-postgres'
