@@ -129,6 +129,25 @@ describe(`the PGlite datasource (reservation: '${reservation}')`, () => {
     expect(await payments(key)).toBe(1)
   })
 
+  it('arms no lease guard on the transaction: PGlite hangs when its idle timer fires', async () => {
+    const engine = createEngine({
+      store: postgresStore({ database: pglite({ db }) }),
+      reservation,
+      leaseMs: 200,
+    })
+    let setting: string | undefined
+    await engine.execute(
+      request<Transaction>(freshKey(), async (ctx) => {
+        const { rows } = await ctx.tx.query<{ timeout: string }>(
+          "SELECT current_setting('idle_in_transaction_session_timeout') AS timeout",
+        )
+        setting = rows[0]?.timeout
+        return { status: 201, body: {} }
+      }),
+    )
+    expect(setting).toBe('0')
+  })
+
   it('a process that stalled past its lease still commits once: no one could take its key meanwhile', async () => {
     const key = freshKey()
     let stall = true
