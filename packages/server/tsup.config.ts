@@ -17,6 +17,7 @@ export default defineConfig({
     'postgres-js': 'src/postgres-js/index.ts',
     drizzle: 'src/drizzle/index.ts',
     prisma: 'src/prisma/index.ts',
+    pglite: 'src/pglite/index.ts',
     testing: 'src/testing/index.ts',
     kysely: 'src/kysely/index.ts',
     knex: 'src/knex/index.ts',

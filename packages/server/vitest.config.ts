@@ -33,6 +33,7 @@ const otherDatasources: string[] = [
   'knex',
   'typeorm',
   'prisma',
+  'pglite',
 ]
 
 const withPooler =

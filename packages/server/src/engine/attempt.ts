@@ -387,7 +387,8 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     this.#beat = now
     // Queued behind any statement of the handler's; an error (an aborted transaction) says nothing new.
     session.run([KEEP_ALIVE]).catch(() => {})
-    if (!this.#renewing) {
+    // On one connection nothing else reaches the key while this transaction holds it: nothing to renew.
+    if (!this.#renewing && !this.#env.database.oneConnection) {
       this.#renewing = true
       this.#protocol
         .renew(this.#claim)

@@ -81,6 +81,14 @@ export interface Database<Tx = unknown> {
    */
   savepoint?<T>(tx: Tx, work: (tx: Tx) => Promise<T>): Promise<T>
   /**
+   * True for a datasource of a single connection (PGlite): its transactions run one at a time, each waiting for the
+   * one before it, so while one is open no other statement reaches the database. The engine then neither renews a
+   * lease nor arms the lease guard while an attempt's transaction is open (no other attempt can reach the key
+   * meanwhile), and `side` refuses while a transaction is open (nothing commits on its own beside it).
+   * @default false
+   */
+  readonly oneConnection?: boolean
+  /**
    * Whether `tx` is one of this library's transaction objects (a cheap shape check), so a layer handed something
    * else says so at once instead of failing in a statement.
    */

@@ -33,8 +33,9 @@ export function lockReservation<Tx>(
   observe: ServerObserver = () => {},
 ): ReservationProtocol<LockClaim<Tx>> {
   const { database, names } = store
-  // The lease guard is a fence too: the unfenced engine goes without it.
-  const guardMs = (request: ReserveRequest) => (fenced ? request.leaseMs : 0)
+  // The lease guard is a fence too: the unfenced engine goes without it, and so does one connection, where no other
+  // attempt can take the key over while the transaction is open.
+  const guardMs = (request: ReserveRequest) => (fenced && !database.oneConnection ? request.leaseMs : 0)
 
   /**
    * BEGINs on the session, takes the key's advisory lock, arms the lease guard, then reads the row (in a statement of

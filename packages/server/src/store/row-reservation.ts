@@ -61,7 +61,9 @@ export function rowReservation<Tx>(
     const session = await database.session()
     let row: q.LookupRow | undefined
     try {
-      const args = { ...request, token, leaseGuardMs: fenced ? request.leaseMs : 0 }
+      // No lease guard on one connection: no other attempt can take the key over while the transaction is open.
+      const guarded = fenced && !database.oneConnection
+      const args = { ...request, token, leaseGuardMs: guarded ? request.leaseMs : 0 }
       // The reservation commits in a transaction of its own (with synchronous_commit off, see rq.reserve); the
       // business transaction begins after it, in the same message, guarded by the lease. Past a failed reservation
       // nothing of it runs.

@@ -14,18 +14,24 @@ import { enqueue } from '../../src/outbox/index.js'
 import { steps } from '../../src/steps/index.js'
 import { createEngineForTesting, type TestingEngineOptions } from '../../src/testing/index.js'
 import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from '../helpers.js'
-import { type DatasourceUnderTest, datasourceName, openDatasource } from './registry.js'
+import { type DatasourceUnderTest, datasourceName, oneConnection, openDatasource } from './registry.js'
 
 let db: TestDatabase
 let ds: DatasourceUnderTest
+// A datasource of one connection (PGlite) runs every transaction after the one before it. The cases that need a
+// second connection, or a second process on the same database, are left out under it, each saying why; the one
+// that sends a duplicate while the first attempt holds its key expects the duplicate to wait and replay.
+const single = oneConnection.has(datasourceName)
 beforeAll(async () => {
   db = await createTestDatabase(`datasource_${datasourceName}`)
-  await migrate(db.pool)
-  await db.pool.query(
+  ds = await openDatasource(db.url)
+  // Through the datasource: a library in the process (PGlite) has a database of its own.
+  const sql = (text: string) => ds.database.query({ text, values: [] })
+  await migrate(ds.database)
+  await sql(
     'CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL)',
   )
-  await db.pool.query('CREATE TABLE orders (id bigserial PRIMARY KEY, cart text NOT NULL UNIQUE)')
-  ds = await openDatasource(db.url)
+  await sql('CREATE TABLE orders (id bigserial PRIMARY KEY, cart text NOT NULL UNIQUE)')
 })
 afterAll(async () => {
   await ds?.close()
@@ -129,77 +135,92 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
       }),
     )
     await sleep(900)
-    expect(await engine.execute(request(key, paying(key)))).toMatchObject({ kind: 'in_progress' })
+    // On one connection the duplicate cannot look while the first attempt's transaction holds it: it waits, then
+    // replays the answer.
+    expect(await engine.execute(request(key, paying(key)))).toMatchObject({
+      kind: single ? 'replayed' : 'in_progress',
+    })
     expect(await first).toMatchObject({ kind: 'executed' })
     expect(await ds.payments(key)).toBe(1)
   })
 
-  it('an attempt whose process stalled past its lease is rolled back and answers with the winner', async () => {
-    const key = freshKey()
-    let stall = true
-    const engine = engineWith({
-      leaseMs: 300,
-      hooks: {
-        beforeCommit: () => {
-          if (!stall) return
-          stall = false
-          stallEventLoop(500)
-        },
-      },
-    })
-    const original = engine.execute(request(key, paying(key)))
-    await sleep(50)
-    const winner = await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 10_000 } })
-    const late = await original
-    expect(winner).toMatchObject({ kind: 'executed' })
-    expect(['lease_expired', 'replayed']).toContain(late.kind)
-    expect(await ds.payments(key)).toBe(1)
-  })
-
-  it('a recovery point saved on the side lane, then steps in transactions of their own, resume once', async () => {
-    const engine = engineWith()
-    const key = freshKey()
-    let charges = 0
-    const handler = steps<{ charged?: boolean }, unknown>({
-      database: ds.second,
-      steps: [
-        {
-          name: 'charge',
-          run: async ({ tx }) => {
-            charges++
-            await ds.pay(tx, `${key}-step`)
-            return { charged: true }
+  // Left out on one connection: the database runs in the stalled process and on the connection the stalled attempt
+  // holds, so no other attempt can run meanwhile, and there is no takeover to show.
+  it.skipIf(single)(
+    'an attempt whose process stalled past its lease is rolled back and answers with the winner',
+    async () => {
+      const key = freshKey()
+      let stall = true
+      const engine = engineWith({
+        leaseMs: 300,
+        hooks: {
+          beforeCommit: () => {
+            if (!stall) return
+            stall = false
+            stallEventLoop(500)
           },
         },
-      ],
-      finish: async ({ tx }) => {
-        await ds.pay(tx, key)
-        return { status: 201, body: {} }
-      },
-    })
-    let crashed = false
-    const crashing = createEngineForTesting<unknown>({
-      store: postgresStore({ database: ds.database }),
-      reservation,
-      replayCache: false,
-      leaseMs: 300,
-      hooks: {
-        beforeCommit: () => {
-          if (crashed) return
-          crashed = true
-          throw new Error('crash before the commit')
+      })
+      const original = engine.execute(request(key, paying(key)))
+      await sleep(50)
+      const winner = await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 10_000 } })
+      const late = await original
+      expect(winner).toMatchObject({ kind: 'executed' })
+      expect(['lease_expired', 'replayed']).toContain(late.kind)
+      expect(await ds.payments(key)).toBe(1)
+    },
+  )
+
+  // Left out on one connection: a recovery point on the side lane and the steps' own transactions each need a
+  // connection besides the one the attempt's transaction holds (steps() refuses the engine's own datasource, the
+  // next case; the datasource refuses the side lane while a transaction is open: test/datasources/pglite.test.ts).
+  it.skipIf(single)(
+    'a recovery point saved on the side lane, then steps in transactions of their own, resume once',
+    async () => {
+      const engine = engineWith()
+      const key = freshKey()
+      let charges = 0
+      const handler = steps<{ charged?: boolean }, unknown>({
+        database: ds.second,
+        steps: [
+          {
+            name: 'charge',
+            run: async ({ tx }) => {
+              charges++
+              await ds.pay(tx, `${key}-step`)
+              return { charged: true }
+            },
+          },
+        ],
+        finish: async ({ tx }) => {
+          await ds.pay(tx, key)
+          return { status: 201, body: {} }
         },
-      },
-    })
-    await expect(crashing.execute(request(key, handler))).rejects.toThrow('crash before the commit')
-    await sleep(400)
-    expect(await engine.execute({ ...request(key, handler), wait: { timeoutMs: 10_000 } })).toMatchObject({
-      kind: 'executed',
-    })
-    expect(charges).toBe(1)
-    expect(await ds.payments(`${key}-step`)).toBe(1)
-    expect(await ds.payments(key)).toBe(1)
-  })
+      })
+      let crashed = false
+      const crashing = createEngineForTesting<unknown>({
+        store: postgresStore({ database: ds.database }),
+        reservation,
+        replayCache: false,
+        leaseMs: 300,
+        hooks: {
+          beforeCommit: () => {
+            if (crashed) return
+            crashed = true
+            throw new Error('crash before the commit')
+          },
+        },
+      })
+      await expect(crashing.execute(request(key, handler))).rejects.toThrow('crash before the commit')
+      await sleep(400)
+      expect(await engine.execute({ ...request(key, handler), wait: { timeoutMs: 10_000 } })).toMatchObject({
+        kind: 'executed',
+      })
+      expect(charges).toBe(1)
+      expect(await ds.payments(`${key}-step`)).toBe(1)
+      expect(await ds.payments(key)).toBe(1)
+    },
+  )
 
   it("keeps Postgres's SQLSTATE as the error's code, on its own, in a transaction and on the side lane", async () => {
     const failing = { text: 'SELECT 1 / $1::int AS n', values: [0] }
@@ -218,7 +239,7 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
   })
 
   it('an outbox message enqueued in the handler commits with it, or not at all', async () => {
-    await migrate(db.pool) // the outbox table
+    await migrate(ds.database) // the outbox table
     const engine = engineWith()
     const ok = freshKey()
     const failed = freshKey()
@@ -234,10 +255,10 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
         throw new Error('after the enqueue')
       }),
     )
-    const { rows } = await db.pool.query(
-      "SELECT payload->>'key' AS key FROM oncely.outbox WHERE payload->>'key' = ANY($1)",
-      [[ok, failed]],
-    )
+    const { rows } = await ds.database.query({
+      text: "SELECT payload->>'key' AS key FROM oncely.outbox WHERE payload->>'key' = ANY($1)",
+      values: [[ok, failed]],
+    })
     expect(rows.map((row) => row.key)).toEqual([ok])
   })
 
@@ -287,26 +308,31 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
     expect(await ds.payments(cart)).toBe(1)
   })
 
-  it('a process SIGKILLed mid-handler leaves no partial write; the retry executes once', async () => {
-    const key = freshKey()
-    const child = spawnTsx(new URL('fixtures/kill-mid-handler.ts', import.meta.url), [], {
-      env: { ...process.env, DATABASE_URL: db.url, KEY: key },
-      stdio: 'pipe',
-    }) as ChildProcessWithoutNullStreams
-    onTestFinished(() => {
+  // Left out on one connection: the database lives in the process (PGlite runs in it), so the killed process takes
+  // its database with it, and another process cannot open the same data directory while this one has it open.
+  it.skipIf(single)(
+    'a process SIGKILLed mid-handler leaves no partial write; the retry executes once',
+    async () => {
+      const key = freshKey()
+      const child = spawnTsx(new URL('fixtures/kill-mid-handler.ts', import.meta.url), [], {
+        env: { ...process.env, DATABASE_URL: db.url, KEY: key },
+        stdio: 'pipe',
+      }) as ChildProcessWithoutNullStreams
+      onTestFinished(() => {
+        child.kill('SIGKILL')
+      })
+      const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]()
+      expect((await lines.next()).value).toBe('holding')
       child.kill('SIGKILL')
-    })
-    const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]()
-    expect((await lines.next()).value).toBe('holding')
-    child.kill('SIGKILL')
-    await new Promise((resolve) => child.once('exit', resolve))
-    expect(await ds.payments(key)).toBe(0)
-    const engine = engineWith({ leaseMs: 1_000 })
-    expect(await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 15_000 } })).toMatchObject(
-      {
+      await new Promise((resolve) => child.once('exit', resolve))
+      expect(await ds.payments(key)).toBe(0)
+      const engine = engineWith({ leaseMs: 1_000 })
+      expect(
+        await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 15_000 } }),
+      ).toMatchObject({
         kind: 'executed',
-      },
-    )
-    expect(await ds.payments(key)).toBe(1)
-  })
+      })
+      expect(await ds.payments(key)).toBe(1)
+    },
+  )
 })

@@ -2,6 +2,8 @@
 // database URL, and the business writes and counts made through that library itself, so an effect counted by a test
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
+
+import { PGlite, type Transaction as PGliteTransaction } from '@electric-sql/pglite'
 import { count, eq } from 'drizzle-orm'
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres'
 import { bigserial, integer, pgTable, text } from 'drizzle-orm/pg-core'
@@ -15,6 +17,7 @@ import { drizzle } from '../../src/drizzle/index.js'
 import { type Database, nodePostgres } from '../../src/index.js'
 import { knexDatabase } from '../../src/knex/index.js'
 import { kyselyDatabase } from '../../src/kysely/index.js'
+import { pglite } from '../../src/pglite/index.js'
 import { postgresJs } from '../../src/postgres-js/index.js'
 import type { PrismaTransaction } from '../../src/prisma/index.js'
 import { typeormDatabase } from '../../src/typeorm/index.js'
@@ -239,6 +242,35 @@ async function prismaUnderTest(url: string): Promise<DatasourceUnderTest<PrismaT
   }
 }
 
+/**
+ * PGlite, in memory, on a database of its own (the URL is not used): the suite creates its tables through the
+ * datasource. It has one connection, so there is no `second` of its own (the cases that need one are left out, see
+ * contract.test.ts). A sabotaged `pay` cannot wait for its write: outside the transaction it would wait for the
+ * connection the handler's own transaction holds, for ever. It sends the write without waiting, which then commits
+ * after the transaction ended, whatever its outcome.
+ */
+async function pgliteUnderTest(): Promise<DatasourceUnderTest<PGliteTransaction>> {
+  const db = await PGlite.create()
+  const database = pglite({ db })
+  const insert = 'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100)'
+  return {
+    database,
+    second: database,
+    async pay(tx, cart) {
+      if (sabotaged) void db.query(insert, ['t', cart]).catch(() => {})
+      else await tx.query(insert, ['t', cart])
+    },
+    async payments(cart) {
+      const { rows } = await db.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM payments WHERE cart = $1',
+        [cart],
+      )
+      return rows[0]?.n ?? 0
+    },
+    close: () => db.close(),
+  }
+}
+
 /** The datasources by the name ONCELY_TEST_DATASOURCE takes. */
 export const datasources: Record<string, OpenDatasource> = {
   'node-postgres': nodePostgresUnderTest as OpenDatasource,
@@ -249,7 +281,14 @@ export const datasources: Record<string, OpenDatasource> = {
   knex: knexUnderTest as OpenDatasource,
   typeorm: typeormUnderTest as OpenDatasource,
   prisma: prismaUnderTest as OpenDatasource,
+  pglite: pgliteUnderTest as OpenDatasource,
 }
+
+/**
+ * The datasources of a single connection (`Database.oneConnection`): the contract suite leaves out the cases that
+ * need a second connection or a second process on the same database, each saying why.
+ */
+export const oneConnection: ReadonlySet<string> = new Set(['pglite'])
 
 /** The datasource this run of the suite tests. */
 export const datasourceName = process.env.ONCELY_TEST_DATASOURCE ?? 'node-postgres'

@@ -1,0 +1,2 @@
+export type { PGliteOptions } from '../datasources/pglite.js'
+export { pglite } from '../datasources/pglite.js'
