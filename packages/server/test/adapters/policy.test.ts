@@ -5,15 +5,18 @@
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { type ServerType, serve } from '@hono/node-server'
+import Router from '@koa/router'
 import type { TestDatabase } from '@oncely/test-support'
 import express from 'express'
 import Fastify from 'fastify'
 import { Hono } from 'hono'
+import Koa from 'koa'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { idempotency as expressIdempotency } from '../../src/express/index.js'
 import { idempotency as fastifyIdempotency } from '../../src/fastify/index.js'
 import { idempotency as fetchIdempotency } from '../../src/fetch/index.js'
 import type { Engine } from '../../src/index.js'
+import { idempotency as koaIdempotency } from '../../src/koa/index.js'
 import { engineFor, freshKey, setupDatabase } from '../helpers.js'
 
 let db: TestDatabase
@@ -67,6 +70,32 @@ function expressApp(framework: typeof express) {
 
 const apps: Record<string, () => Promise<PolicyApp>> = {
   'express 5': expressApp(express),
+  koa: async () => {
+    const errors: string[] = []
+    const runs = { count: 0 }
+    const idempotent = koaIdempotency({
+      engine,
+      tenant: () => 'tenant_1',
+      logger: { error: (_details, message) => errors.push(message) },
+    })
+    const app = new Koa()
+    const router = new Router()
+    const handler = async (ctx: Koa.Context) => {
+      runs.count++
+      ctx.body = { ran: true }
+    }
+    // What koa-bodyparser does: read the stream to its end and put the parsed body on the request.
+    const bodyParser = async (ctx: Koa.Context, next: Koa.Next) => {
+      const chunks: Buffer[] = []
+      for await (const chunk of ctx.req) chunks.push(chunk as Buffer)
+      ;(ctx.request as { body?: unknown }).body = JSON.parse(Buffer.concat(chunks).toString())
+      await next()
+    }
+    router.get('/list', idempotent(), handler)
+    router.post('/parsed', bodyParser, idempotent(), handler)
+    app.use(router.routes())
+    return { errors, runs, ...(await listening(app.listen(0, '127.0.0.1'))) }
+  },
   'fetch (Hono)': async () => {
     const errors: string[] = []
     const runs = { count: 0 }
