@@ -19,7 +19,7 @@ import {
   type StandaloneAdapterOptions,
 } from '../http/options.js'
 import { createRequestPolicy } from '../http/policy.js'
-import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath } from '../http/request.js'
+import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
 
@@ -136,12 +136,12 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
 }
 
 /**
- * The Express adapter (Express 5). `idempotency(options)` returns `idempotent`, which wraps a route handler: the
- * handler runs inside the transaction that also completes the key record (`req.idempotency.tx`), what it writes
- * to `res` is held until that commit, and a retry with the same `Idempotency-Key` gets the stored response. It wraps
- * the handler rather than running before it as middleware so that it sees an error the handler throws (or passes
- * to `next`) and can roll back the handler's writes; a middleware would only see the error page your error
- * handler renders.
+ * The Express adapter, for Express 5 and Express 4 (from 4.21). `idempotency(options)` returns `idempotent`, which
+ * wraps a route handler: the handler runs inside the transaction that also completes the key record
+ * (`req.idempotency.tx`), what it writes to `res` is held until that commit, and a retry with the same
+ * `Idempotency-Key` gets the stored response. It wraps the handler rather than running before it as middleware so
+ * that it sees an error the handler throws (or passes to `next`) and can roll back the handler's writes; a
+ * middleware would only see the error page your error handler renders.
  *
  * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only. A
  * request whose body another parser already read is refused (500 problem+json; the log says how to fix it, once
@@ -171,6 +171,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
     async function idempotentRoute(req: Request, res: Response, next: NextFunction): Promise<void> {
       const request = req as IdempotentRequest<ExecutionContext | null>
       request.idempotency = null
+      // Express 4 and 5 name a route's path in their own syntaxes (`/:id?` and `{/:id}`); either is the template.
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       const where = () => `${req.method} ${template ?? req.originalUrl}`
       const held = new HeldResponse(() => snapshotHeaders(writer, res))
@@ -208,7 +209,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
           path: decodePath(targetPath(req.originalUrl)),
           header,
           body,
-          query: () => req.query as Record<string, unknown>,
+          query: () => targetQuery(req.originalUrl),
           tenant: () => tenant(req),
           log,
           held,
@@ -235,7 +236,10 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       if (verdict === PASS) return void (await handler(request, res, next))
       answer(verdict)
     }
-    return idempotentRoute
+    // Express 5 passes a rejected promise to `next`, Express 4 leaves it unhandled: this does it for both.
+    return (req, res, next) => {
+      idempotentRoute(req, res, next).catch(next)
+    }
   }
   return idempotent as Idempotent
 }

@@ -8,6 +8,7 @@ import { type ServerType, serve } from '@hono/node-server'
 import Router from '@koa/router'
 import type { TestDatabase } from '@oncely/test-support'
 import express from 'express'
+import express4 from 'express4'
 import Fastify from 'fastify'
 import { Hono } from 'hono'
 import Koa from 'koa'
@@ -70,6 +71,7 @@ function expressApp(framework: typeof express) {
 
 const apps: Record<string, () => Promise<PolicyApp>> = {
   'express 5': expressApp(express),
+  'express 4': expressApp(express4),
   koa: async () => {
     const errors: string[] = []
     const runs = { count: 0 }

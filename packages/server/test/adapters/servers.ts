@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { type ServerType, serve } from '@hono/node-server'
 import Router from '@koa/router'
 import express from 'express'
+import express4 from 'express4'
 import Fastify from 'fastify'
 import { type Context, Hono } from 'hono'
 import Koa from 'koa'
@@ -48,13 +49,13 @@ export interface AppOptions {
   gate?: () => Promise<void>
 }
 
-export type AdapterName = 'fastify' | 'express' | 'koa' | 'fetch (Hono)'
+export type AdapterName = 'fastify' | 'express' | 'express 4' | 'koa' | 'fetch (Hono)'
 
 /**
  * The adapters whose router matches the path as sent, without decoding it first: a percent-encoded spelling of a
  * route's path is no route of the app there (404).
  */
-export const RAW_PATH_ROUTERS: ReadonlySet<AdapterName> = new Set(['express', 'koa'])
+export const RAW_PATH_ROUTERS: ReadonlySet<AdapterName> = new Set(['express', 'express 4', 'koa'])
 
 const PAYMENTS: IdempotencyRouteOptions = {
   required: true,
@@ -215,10 +216,11 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
   return { url: `http://127.0.0.1:${port}`, events, errors, close: () => app.close() }
 }
 
-async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+/** The same app on Express 5 (`express`) or Express 4 (`express4`). */
+async function expressApp(pool: pg.Pool, options: AppOptions, framework = express): Promise<RunningApp> {
   const { engine, events } = engineFor(pool, options.engine)
   const errors: LogLine[] = []
-  const app = express()
+  const app = framework()
   app.use((req, res, next) => {
     const tenant = tenantOf(req.get('authorization'))
     if (!tenant) return void res.status(401).json({ error: 'unauthorized' })
@@ -413,6 +415,7 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
 export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions) => Promise<RunningApp>> = {
   fastify: (pool, options = {}) => fastifyApp(pool, options),
   express: (pool, options = {}) => expressApp(pool, options),
+  'express 4': (pool, options = {}) => expressApp(pool, options, express4),
   koa: (pool, options = {}) => koaApp(pool, options),
   'fetch (Hono)': (pool, options = {}) => honoApp(pool, options),
 }
