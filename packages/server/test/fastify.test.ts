@@ -83,7 +83,7 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
   it('refuses config.idempotency on a GET route when it is registered', async () => {
     const { app } = await buildApp(db.pool)
     expect(() => app.get('/v1/list', { config: { idempotency: true } }, async () => [])).toThrow(
-      /only on POST, PUT, PATCH or DELETE routes.*GET \/v1\/list/,
+      /`config.idempotency` only on unsafe methods.*must not answer GET \(route GET \/v1\/list\)/,
     )
     await app.close()
   })

@@ -27,6 +27,17 @@ const markdownFiles = execFileSync(
 const snippets: Snippet[] = markdownFiles.flatMap((file) =>
   extractSnippets(readFileSync(path.join(root, file), 'utf8'), file),
 )
+// The Express adapter serves Express 4 and 5, so every Express example that runs also runs under Express 4
+// (installed here under the alias `express4`): the same program, importing `express4` where it imports `express`.
+// These copies are run, not compiled (the types are Express 5's).
+const EXPRESS_4_SUFFIX = '-express4'
+const onExpress4: Snippet[] = snippets
+  .filter((s) => (s.mode === 'run' || s.mode === 'server') && /from 'express'/.test(s.code))
+  .map((s) => ({
+    ...s,
+    name: `${s.name}${EXPRESS_4_SUFFIX}`,
+    code: s.code.replaceAll("from 'express'", "from 'express4'"),
+  }))
 const fileOf = (snippet: Snippet) => `${snippet.name}.${snippet.lang}`
 
 rmSync(workDir, { recursive: true, force: true })
@@ -50,12 +61,14 @@ writeFileSync(
         noEmit: true,
       },
       include: ['*.ts', '*.tsx'],
+      exclude: [`*${EXPRESS_4_SUFFIX}.ts`],
     },
     null,
     2,
   )}\n`,
 )
-for (const snippet of snippets) writeFileSync(path.join(workDir, fileOf(snippet)), snippet.code)
+for (const snippet of [...snippets, ...onExpress4])
+  writeFileSync(path.join(workDir, fileOf(snippet)), snippet.code)
 // Declarations of platform modules that examples import but Node cannot install (React Native): see ambient/.
 const ambientDir = path.resolve(import.meta.dirname, '../ambient')
 for (const file of readdirSync(ambientDir))
@@ -172,7 +185,13 @@ describe('Markdown examples', () => {
   })
 
   const runnable = snippets.filter((s) => s.mode === 'run' || s.mode === 'server')
-  it.each(runnable.map((s) => [`${s.file}:${s.line}`, s] as const))('runs %s', async (_, snippet) => {
+  it('runs the Express examples under Express 4 as well (so the copies cannot be lost)', () => {
+    expect(onExpress4.length).toBeGreaterThan(0)
+  })
+  it.each([
+    ...runnable.map((s) => [`${s.file}:${s.line}`, s] as const),
+    ...onExpress4.map((s) => [`${s.file}:${s.line} on Express 4`, s] as const),
+  ])('runs %s', async (_, snippet) => {
     const env: NodeJS.ProcessEnv = { ...process.env }
     for (const [service, envName, defaultUrl, pattern] of [
       ['Redis', 'REDIS_URL', 'redis://127.0.0.1:6379', /from 'ioredis'/],

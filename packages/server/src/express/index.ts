@@ -1,18 +1,16 @@
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type { ExecutionContext } from '../engine/types.js'
 import {
   type Answer,
   headerStrings,
-  misconfiguredAnswer,
-  problemAnswer,
   type ResponseWriter,
   resetHandlerHeaders,
   snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
-import { readNodeBody, sendRefusal } from '../http/node.js'
+import { readNodeJson, sendRefusal } from '../http/node.js'
 import {
   checkAdapterOptions,
   consoleLogger,
@@ -20,18 +18,10 @@ import {
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import {
-  announcesBody,
-  DEFAULT_MAX_BODY_BYTES,
-  decodePath,
-  headerProblem,
-  isSafeMethod,
-  parseBody,
-  targetPath,
-} from '../http/request.js'
+import { createRequestPolicy } from '../http/policy.js'
+import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
-const NO_BYTES = Buffer.alloc(0)
 
 /** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
 export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
@@ -146,12 +136,12 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
 }
 
 /**
- * The Express adapter (Express 5). `idempotency(options)` returns `idempotent`, which wraps a route handler: the
- * handler runs inside the transaction that also completes the key record (`req.idempotency.tx`), what it writes
- * to `res` is held until that commit, and a retry with the same `Idempotency-Key` gets the stored response. It wraps
- * the handler rather than running before it as middleware so that it sees an error the handler throws (or passes
- * to `next`) and can roll back the handler's writes; a middleware would only see the error page your error
- * handler renders.
+ * The Express adapter, for Express 5 and Express 4 (from 4.21). `idempotency(options)` returns `idempotent`, which
+ * wraps a route handler: the handler runs inside the transaction that also completes the key record
+ * (`req.idempotency.tx`), what it writes to `res` is held until that commit, and a retry with the same
+ * `Idempotency-Key` gets the stored response. It wraps the handler rather than running before it as middleware so
+ * that it sees an error the handler throws (or passes to `next`) and can roll back the handler's writes; a
+ * middleware would only see the error page your error handler renders.
  *
  * The JSON body is read and parsed strictly by `idempotent` itself: mount `express.json()` on other routes only. A
  * request whose body another parser already read is refused (500 problem+json; the log says how to fix it, once
@@ -169,6 +159,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   const { engine, tenant } = options
   const log = options.logger ?? consoleLogger
   const core = createHttpCore(engine, ADAPTER)
+  const policy = createRequestPolicy(ADAPTER)
 
   function idempotent(
     optionsOrHandler: IdempotencyRouteOptions | IdempotentHandler<ExecutionContext | null>,
@@ -176,49 +167,38 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   ): RequestHandler {
     const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
-    // Set at the first request whose body another parser read, so that the log says it once per route.
-    let parsedBefore = false
 
-    return async function idempotentRoute(req: Request, res: Response, next: NextFunction) {
+    async function idempotentRoute(req: Request, res: Response, next: NextFunction): Promise<void> {
       const request = req as IdempotentRequest<ExecutionContext | null>
       request.idempotency = null
-      if (isSafeMethod(req.method)) return handler(request, res, next)
+      // Express 4 and 5 name a route's path in their own syntaxes (`/:id?` and `{/:id}`); either is the template.
+      const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
+      const where = () => `${req.method} ${template ?? req.originalUrl}`
       const held = new HeldResponse(() => snapshotHeaders(writer, res))
       const answer = (value: Answer) => {
         if (!value.own) res.end(writeReplacement(writer, res, value, held.headersBefore))
       }
+      if (isSafeMethod(req.method)) return answer(policy.safeMethod(req.method, where(), log))
       const header = (name: string) => req.headers[name]
+      const read = await readNodeJson(req, header, limit, () =>
+        policy.bodyConsumed(
+          where(),
+          `idempotent() reads and parses the JSON body itself: mount body parsers such as express.json() after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
+          log,
+        ),
+      )
       // Refused before the body is read to its end: the answer must reach a client still sending it.
-      const early = headerProblem(header, limit)
-      if (early) return sendRefusal(req, res, problemAnswer(early))
-      let bytes: Buffer = NO_BYTES
-      if (!(req as IncomingMessage).readableEnded) {
-        const read = await readNodeBody(req, limit)
-        if (!read.ok) return sendRefusal(req, res, problemAnswer(read.problem))
-        bytes = read.bytes
-      } else if (announcesBody(header)) {
-        // Another parser (express.json()) read the body: its bytes are gone, and with them the strict checks.
-        if (!parsedBefore) {
-          parsedBefore = true
-          log.error(
-            {},
-            `oncely: the body of ${req.method} ${req.baseUrl}${String(req.route?.path ?? req.path)} was read by another body parser (express.json()?) before idempotent() could parse it, so its duplicate member names, integers beyond 2^53 and bytes that are not UTF-8 would pass unchecked and its fingerprint would not be the request's; every such request is refused. idempotent() reads and parses the JSON body itself: mount body parsers after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
-          )
-        }
-        return answer(misconfiguredAnswer('This route is not set up correctly.'))
-      }
-      // An empty body with a JSON content type is 400, as without a parser in front (express.json() makes it {}).
-      const parsed = parseBody(bytes, header)
-      if (!parsed.ok) return answer(problemAnswer(parsed.problem))
-      const { body } = parsed
+      if (!read.ok) return 'refusal' in read ? sendRefusal(req, res, read.refusal) : answer(read.answer)
+      const { body } = read
       req.body = body
-      const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       if (template === undefined && route.operation === undefined) {
-        log.error(
-          {},
-          `oncely: idempotent() ran outside a route (app.use?), so it cannot name the operation. Use it on a route, \`app.post('/v1/payments', idempotent(handler))\`, or give \`operation\`.`,
+        return answer(
+          policy.misplaced(
+            where(),
+            `idempotent() ran outside a route (app.use?), so it cannot name the operation. Use it on a route, \`app.post('/v1/payments', idempotent(handler))\`, or give \`operation\`.`,
+            log,
+          ),
         )
-        return answer(misconfiguredAnswer('This route is not set up correctly.'))
       }
 
       let verdict: Verdict | undefined
@@ -229,7 +209,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
           path: decodePath(targetPath(req.originalUrl)),
           header,
           body,
-          query: () => req.query as Record<string, unknown>,
+          query: () => targetQuery(req.originalUrl),
           tenant: () => tenant(req),
           log,
           held,
@@ -253,8 +233,12 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         return next(error)
       }
       if (verdict === undefined) return
-      if (verdict === PASS) return handler(request, res, next)
+      if (verdict === PASS) return void (await handler(request, res, next))
       answer(verdict)
+    }
+    // Express 5 passes a rejected promise to `next`, Express 4 leaves it unhandled: this does it for both.
+    return (req, res, next) => {
+      idempotentRoute(req, res, next).catch(next)
     }
   }
   return idempotent as Idempotent

@@ -22,6 +22,7 @@ import {
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
+import { checkRouteMethods } from '../http/policy.js'
 import { refuse } from '../http/refusal.js'
 import {
   DEFAULT_MAX_BODY_BYTES,
@@ -157,12 +158,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     )
     const template = routeOptions.url
     const where = `${methods.join(',')} ${template}`
-    const safe = methods.filter((method) => isSafeMethod(method))
-    if (safe.length > 0) {
-      throw new TypeError(
-        `Expected \`config.idempotency\` only on POST, PUT, PATCH or DELETE routes, but route \`${where}\` answers ${safe.join(', ')}: safe methods are never idempotency-checked. Remove the config, or split the route.`,
-      )
-    }
+    checkRouteMethods(methods, where, 'config.idempotency')
     const route = resolveRoute(raw, (option) =>
       option
         ? `config.idempotency.${option}\` of route \`${where}`

@@ -1,6 +1,5 @@
-import type { ProblemDetails } from '@oncely/protocol'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
-import { misconfiguredAnswer, problemAnswer, type Replacement, replacementHeaders } from '../http/answer.js'
+import { problemAnswer, type Replacement, type ReplacingAnswer, replacementHeaders } from '../http/answer.js'
 import { createHttpCore, PASS } from '../http/core.js'
 import {
   type AdapterOptions,
@@ -10,17 +9,18 @@ import {
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
+import { createRequestPolicy, earlyRefusal } from '../http/policy.js'
 import { type ChunkSource, refuse } from '../http/refusal.js'
 import {
   type BodyResult,
   DEFAULT_MAX_BODY_BYTES,
   decodePath,
   type HeaderReader,
-  headerProblem,
   isSafeMethod,
   parseBody,
   parseBodyText,
   payloadTooLarge,
+  queryOf,
 } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/fetch'
@@ -129,18 +129,9 @@ async function cachedBody(
   return undefined
 }
 
-function queryOf(url: URL): Record<string, unknown> {
-  const query: Record<string, unknown> = {}
-  for (const name of new Set(url.searchParams.keys())) {
-    const values = url.searchParams.getAll(name)
-    query[name] = values.length === 1 ? values[0] : values
-  }
-  return query
-}
-
 /** Refuses a request before its body is read to its end, discarding the rest (see `refuse`). */
-function refusalResponse(problem: ProblemDetails, rest: ChunkSource | undefined): Response {
-  const refusal = refuse(problemAnswer(problem), rest)
+function refusalResponse(answer: ReplacingAnswer, rest: ChunkSource | undefined): Response {
+  const refusal = refuse(answer, rest)
   return new Response(refusal.body, { status: refusal.status, headers: refusal.headers })
 }
 
@@ -171,6 +162,7 @@ export function idempotency<Args extends unknown[] = []>(
   const { engine, tenant } = options
   const log = options.logger ?? consoleLogger
   const core = createHttpCore(engine, ADAPTER)
+  const policy = createRequestPolicy(ADAPTER)
 
   function idempotent(
     optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext | null>,
@@ -194,15 +186,10 @@ export function idempotency<Args extends unknown[] = []>(
 
     return async function idempotentHandler(request: Request, ...args: Args): Promise<Response> {
       const method = request.method.toUpperCase()
-      if (isSafeMethod(method)) {
-        log.error(
-          {},
-          `oncely: an idempotent() handler got a ${method} request; safe methods are never idempotency-checked. Export it for POST, PUT, PATCH or DELETE only.`,
-        )
-        return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
-      }
+      const where = () => `${method} ${routeOptions?.route ?? new URL(request.url).pathname}`
+      if (isSafeMethod(method)) return toResponse(policy.safeMethod(method, where(), log))
       const header = (name: string) => request.headers.get(name)
-      const early = headerProblem(header, limit)
+      const early = earlyRefusal(header, limit)
       if (early) {
         const reader = request.body !== null && !request.bodyUsed ? request.body.getReader() : undefined
         return refusalResponse(early, reader && (() => reader.read()))
@@ -211,11 +198,13 @@ export function idempotency<Args extends unknown[] = []>(
       if (request.bodyUsed) {
         const cached = await cachedBody(request, args)
         if (cached === undefined) {
-          log.error(
-            {},
-            `oncely: the body of ${method} ${new URL(request.url).pathname} was read before idempotent() could fingerprint it. Do not read it off the Request in middleware; the handler gets it parsed as \`body\`. On Hono, read it through c.req (validator('json'), c.req.json(), c.req.arrayBuffer()), which caches it, and pass the context on: \`(c) => handler(c.req.raw, c)\`.`,
+          return toResponse(
+            policy.bodyConsumed(
+              where(),
+              `Do not read it off the Request in middleware; the handler gets it parsed as \`body\`. On Hono, read it through c.req (validator('json'), c.req.json(), c.req.arrayBuffer()), which caches it, and pass the context on: \`(c) => handler(c.req.raw, c)\`.`,
+              log,
+            ),
           )
-          return toResponse(misconfiguredAnswer('This route is not set up correctly.'))
         }
         const size = 'bytes' in cached ? cached.bytes.byteLength : Buffer.byteLength(cached.text)
         if (size > limit) return toResponse(problemAnswer(payloadTooLarge()))
@@ -225,7 +214,7 @@ export function idempotency<Args extends unknown[] = []>(
       }
       if (!read.ok) {
         return 'tooLarge' in read
-          ? refusalResponse(payloadTooLarge(), read.rest)
+          ? refusalResponse(problemAnswer(payloadTooLarge()), read.rest)
           : toResponse(problemAnswer(read.problem))
       }
       const { body } = read
@@ -245,7 +234,7 @@ export function idempotency<Args extends unknown[] = []>(
         path,
         header,
         body,
-        query: () => queryOf(urlOf()),
+        query: () => queryOf(urlOf().searchParams),
         tenant: () => tenant(request, ...args),
         log,
         run: async (ctx): Promise<HandlerResponse> => {

@@ -2,9 +2,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web'
 import type { ProblemDetails } from '@oncely/protocol'
-import type { ReplacingAnswer } from './answer.js'
+import { problemAnswer, type ReplacingAnswer } from './answer.js'
+import { bodyOf, earlyRefusal } from './policy.js'
 import { type ChunkSource, refuse } from './refusal.js'
-import { payloadTooLarge } from './request.js'
+import { announcesBody, type HeaderReader, payloadTooLarge } from './request.js'
+
+const NO_BYTES = new Uint8Array(0)
 
 /** A request body as the bytes received (decoded by `parseBody`), or the problem that refuses it. */
 export type ReadBody = { ok: true; bytes: Buffer } | { ok: false; problem: ProblemDetails }
@@ -62,4 +65,38 @@ export function sendRefusal(
   const refusal = refuse(answer, nodeChunks(request))
   response.writeHead(refusal.status, refusal.headers)
   Readable.fromWeb(refusal.body as NodeReadableStream<Uint8Array>).pipe(response)
+}
+
+/** A Node request's body as the policy admits it (see `policy.ts`). */
+export type NodeBody =
+  | { ok: true; body: unknown }
+  /** Refused before the body was read to its end: send with {@link sendRefusal}. */
+  | { ok: false; refusal: ReplacingAnswer }
+  /** Refused once the body was read: send as any answer. */
+  | { ok: false; answer: ReplacingAnswer }
+
+/**
+ * Reads and parses a Node request's JSON body as every adapter over Node's `IncomingMessage` must: refused from
+ * its headers first, then past `limit` while it is read, then as JSON; a body another parser already read is
+ * `consumed()`'s answer.
+ */
+export async function readNodeJson(
+  request: IncomingMessage,
+  header: HeaderReader,
+  limit: number,
+  consumed: () => ReplacingAnswer,
+): Promise<NodeBody> {
+  const early = earlyRefusal(header, limit)
+  if (early) return { ok: false, refusal: early }
+  let bytes: Uint8Array = NO_BYTES
+  if (!request.readableEnded) {
+    const read = await readNodeBody(request, limit)
+    if (!read.ok) return { ok: false, refusal: problemAnswer(read.problem) }
+    bytes = read.bytes
+  } else if (announcesBody(header)) {
+    // Another parser read the body: its bytes are gone, and with them the strict checks.
+    return { ok: false, answer: consumed() }
+  }
+  // An empty body with a JSON content type is 400, as without a parser in front (which would make it {}).
+  return bodyOf(bytes, header)
 }

@@ -175,6 +175,28 @@ export function fingerprintOf(
   return createHash('sha256').update(fingerprintMaterial(input)).digest('hex')
 }
 
+/**
+ * A query string as the fingerprint reads it: each name once, its value a string, or an array when it repeats.
+ * Adapters parse it themselves rather than take their framework's parse (Express 4's `qs` makes objects of
+ * `a[b]=1`, Express 5's does not), so one request has one fingerprint whatever parses it.
+ */
+export function queryOf(search: URLSearchParams): Record<string, unknown> {
+  const query: Record<string, unknown> = {}
+  for (const name of new Set(search.keys())) {
+    const values = search.getAll(name)
+    query[name] = values.length === 1 ? values[0] : values
+  }
+  return query
+}
+
+/** The query string of a request target (`req.url`), parsed by {@link queryOf}. */
+export function targetQuery(target: string): Record<string, unknown> {
+  const start = target.indexOf('?')
+  if (start === -1) return {}
+  const end = target.indexOf('#', start)
+  return queryOf(new URLSearchParams(target.slice(start + 1, end === -1 ? undefined : end)))
+}
+
 /** The route's allowlisted request headers, to store with the key record. */
 export function storedRequestHeaders(
   route: ResolvedRoute,

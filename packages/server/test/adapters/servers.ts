@@ -5,9 +5,12 @@
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { type ServerType, serve } from '@hono/node-server'
+import Router from '@koa/router'
 import express from 'express'
+import express4 from 'express4'
 import Fastify from 'fastify'
 import { type Context, Hono } from 'hono'
+import Koa from 'koa'
 import type pg from 'pg'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency as expressIdempotency } from '../../src/express/index.js'
@@ -15,6 +18,7 @@ import { idempotency as fastifyIdempotency } from '../../src/fastify/index.js'
 import { idempotency as fetchIdempotency } from '../../src/fetch/index.js'
 import type { IdempotencyRouteOptions } from '../../src/http/options.js'
 import type { EngineEvent } from '../../src/index.js'
+import { type IdempotencyState, idempotency as koaIdempotency } from '../../src/koa/index.js'
 import type { TestingEngineOptions } from '../../src/testing/index.js'
 import { engineFor } from '../helpers.js'
 
@@ -45,7 +49,13 @@ export interface AppOptions {
   gate?: () => Promise<void>
 }
 
-export type AdapterName = 'fastify' | 'express' | 'fetch (Hono)'
+export type AdapterName = 'fastify' | 'express' | 'express 4' | 'koa' | 'fetch (Hono)'
+
+/**
+ * The adapters whose router matches the path as sent, without decoding it first: a percent-encoded spelling of a
+ * route's path is no route of the app there (404).
+ */
+export const RAW_PATH_ROUTERS: ReadonlySet<AdapterName> = new Set(['express', 'express 4', 'koa'])
 
 const PAYMENTS: IdempotencyRouteOptions = {
   required: true,
@@ -206,10 +216,11 @@ async function fastifyApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
   return { url: `http://127.0.0.1:${port}`, events, errors, close: () => app.close() }
 }
 
-async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+/** The same app on Express 5 (`express`) or Express 4 (`express4`). */
+async function expressApp(pool: pg.Pool, options: AppOptions, framework = express): Promise<RunningApp> {
   const { engine, events } = engineFor(pool, options.engine)
   const errors: LogLine[] = []
-  const app = express()
+  const app = framework()
   app.use((req, res, next) => {
     const tenant = tenantOf(req.get('authorization'))
     if (!tenant) return void res.status(401).json({ error: 'unauthorized' })
@@ -264,6 +275,77 @@ async function expressApp(pool: pg.Pool, options: AppOptions): Promise<RunningAp
   app.use((error: { statusCode?: number }, _req: express.Request, res: express.Response, _next: unknown) => {
     res.status(error.statusCode ?? 500).json({ error: 'failed' })
   })
+  return { events, errors, ...(await listening(app.listen(0, '127.0.0.1'))) }
+}
+
+async function koaApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  const { engine, events } = engineFor(pool, options.engine)
+  const errors: LogLine[] = []
+  const app = new Koa<{ tenant: string }>()
+  app.use(async (ctx, next) => {
+    const tenant = tenantOf(ctx.get('authorization'))
+    if (!tenant) {
+      ctx.status = 401
+      ctx.body = { error: 'unauthorized' }
+      return
+    }
+    ctx.state.tenant = tenant
+    ctx.set(...HOOK_HEADER)
+    // Koa's own error handling clears every header; an error page with the status is all the tests need.
+    try {
+      await next()
+    } catch (error) {
+      ctx.status = (error as { statusCode?: number }).statusCode ?? 500
+      ctx.body = { error: 'failed' }
+    }
+  })
+  const tenant = (ctx: { state: { tenant?: string } }) => claimed(ctx.state.tenant)
+  const idempotent = koaIdempotency({ engine, tenant, logger: errorSink(errors) })
+  type State = IdempotencyState & { tenant: string }
+  const router = new Router<{ tenant: string }>()
+  router.post<State>('/v1/payments', idempotent({ ...PAYMENTS, required: true }), async (ctx) => {
+    ctx.set(HANDLER_HEADERS)
+    const result = await createPayment(
+      ctx.state.idempotency,
+      tenant(ctx),
+      ctx.state.body as PaymentBody,
+      pool,
+    )
+    ctx.status = result.status
+    ctx.set(result.headers)
+    ctx.body = result.body
+  })
+  for (const [path, config] of [
+    ['/v1/slow', SLOW],
+    ['/v1/waiting', WAITING],
+  ] as const) {
+    router.post<State>(path, idempotent(config), async (ctx) => {
+      const result = await slow(
+        ctx.state.idempotency,
+        tenant(ctx),
+        ctx.state.body as PaymentBody,
+        options.gate,
+      )
+      ctx.status = result.status
+      ctx.body = result.body
+    })
+  }
+  router.post<IdempotencyState<ExecutionContext | null>>('/v1/notes', idempotent(NOTES), async (ctx) => {
+    await ctx.state.idempotency?.tx.query('SELECT 1')
+    ctx.body = { ok: true, keyed: ctx.state.idempotency !== null }
+  })
+  router.post<State>('/v1/accounts/:account/transfers', idempotent(), async (ctx) => {
+    const body = ctx.state.body as PaymentBody
+    const result = await transfer(ctx.state.idempotency, tenant(ctx), String(ctx.params.account), body)
+    ctx.status = result.status
+    ctx.body = result.body
+  })
+  router.post<State>('/v1/orders', idempotent(), async (ctx) => {
+    const result = await transfer(ctx.state.idempotency, tenant(ctx), 'orders', ctx.state.body as PaymentBody)
+    ctx.status = result.status
+    ctx.body = result.body
+  })
+  app.use(router.routes())
   return { events, errors, ...(await listening(app.listen(0, '127.0.0.1'))) }
 }
 
@@ -333,5 +415,7 @@ async function honoApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> 
 export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions) => Promise<RunningApp>> = {
   fastify: (pool, options = {}) => fastifyApp(pool, options),
   express: (pool, options = {}) => expressApp(pool, options),
+  'express 4': (pool, options = {}) => expressApp(pool, options, express4),
+  koa: (pool, options = {}) => koaApp(pool, options),
   'fetch (Hono)': (pool, options = {}) => honoApp(pool, options),
 }

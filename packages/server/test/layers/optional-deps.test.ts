@@ -40,7 +40,9 @@ function specifiersLoadedBy(entries: string[]): string[] {
 const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
 const telemetry = (specifier: string) => specifier.startsWith('@opentelemetry/')
 const frameworks = (specifier: string) =>
-  ['fastify', 'fastify-plugin', 'express', 'hono'].includes(specifier) || specifier.startsWith('@hono/')
+  ['fastify', 'fastify-plugin', 'express', 'hono', 'koa'].includes(specifier) ||
+  specifier.startsWith('@hono/') ||
+  specifier.startsWith('@koa/')
 
 describe('optional dependencies stay behind their subpath', () => {
   it('the main entry and the Postgres-only layers load neither ioredis nor @nats-io', () => {
@@ -57,8 +59,13 @@ describe('optional dependencies stay behind their subpath', () => {
     expect(specifiersLoadedBy(['@oncely/server/nats']).filter(optional)).toContain('@nats-io/transport-node')
   })
 
-  it('the main entry, the Express and the Fetch adapters load no web framework (Express is only its types)', () => {
-    const loaded = specifiersLoadedBy(['@oncely/server', '@oncely/server/express', '@oncely/server/fetch'])
+  it('the main entry, the Express, Koa and Fetch adapters load no web framework (Express and Koa are only types)', () => {
+    const loaded = specifiersLoadedBy([
+      '@oncely/server',
+      '@oncely/server/express',
+      '@oncely/server/koa',
+      '@oncely/server/fetch',
+    ])
     expect(loaded).toContain('@oncely/server/fetch')
     expect(loaded.filter(frameworks)).toEqual([])
   })
@@ -70,6 +77,7 @@ describe('optional dependencies stay behind their subpath', () => {
         'fastify',
         'express',
         'fetch',
+        'koa',
         'outbox',
         'inbox',
         'steps',
