@@ -6,6 +6,7 @@ export default defineConfig({
     fastify: 'src/fastify/index.ts',
     express: 'src/express/index.ts',
     fetch: 'src/fetch/index.ts',
+    nestjs: 'src/nestjs/index.ts',
     outbox: 'src/outbox/index.ts',
     inbox: 'src/inbox/index.ts',
     steps: 'src/steps/index.ts',

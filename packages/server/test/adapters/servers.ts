@@ -17,6 +17,7 @@ import type { IdempotencyRouteOptions } from '../../src/http/options.js'
 import type { EngineEvent } from '../../src/index.js'
 import type { TestingEngineOptions } from '../../src/testing/index.js'
 import { engineFor } from '../helpers.js'
+import { type NestPlatform, nestApp } from './nest-apps.js'
 
 export interface PaymentBody {
   cart: string
@@ -45,7 +46,7 @@ export interface AppOptions {
   gate?: () => Promise<void>
 }
 
-export type AdapterName = 'fastify' | 'express' | 'fetch (Hono)'
+export type AdapterName = 'fastify' | 'express' | 'fetch (Hono)' | 'nestjs (express)' | 'nestjs (fastify)'
 
 const PAYMENTS: IdempotencyRouteOptions = {
   required: true,
@@ -334,4 +335,21 @@ export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions)
   fastify: (pool, options = {}) => fastifyApp(pool, options),
   express: (pool, options = {}) => expressApp(pool, options),
   'fetch (Hono)': (pool, options = {}) => honoApp(pool, options),
+  'nestjs (express)': (pool, options = {}) => nestAppOn('express', pool, options),
+  'nestjs (fastify)': (pool, options = {}) => nestAppOn('fastify', pool, options),
+}
+
+/** The same API as a NestJS application (test/adapters/nest-apps.ts), given this file's handlers. */
+function nestAppOn(platform: NestPlatform, pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  return nestApp(platform, options, {
+    pool,
+    createPayment: createPayment as never,
+    transfer: transfer as never,
+    slow: slow as never,
+    routes: { payments: PAYMENTS, notes: NOTES, slow: SLOW, waiting: WAITING },
+    handlerHeaders: HANDLER_HEADERS,
+    hookHeader: HOOK_HEADER,
+    tenantOf,
+    claimed,
+  })
 }
