@@ -112,10 +112,10 @@ type Platform = 'express' | 'fastify'
 async function start(
   platform: Platform,
   module: unknown,
-  { rawBody = true }: { rawBody?: boolean } = {},
+  { rawBody = true, bodyParser = true }: { rawBody?: boolean; bodyParser?: boolean } = {},
 ): Promise<{ app: INestApplication; url: string }> {
   const adapter = platform === 'express' ? new ExpressAdapter() : new FastifyAdapter()
-  const app = await NestFactory.create(module as never, adapter, { rawBody, logger: false })
+  const app = await NestFactory.create(module as never, adapter, { rawBody, bodyParser, logger: false })
   app.useGlobalFilters(new ProblemFilter())
   await app.listen(0, '127.0.0.1')
   const { port } = app.getHttpServer().address() as AddressInfo
@@ -244,6 +244,43 @@ describe.each(['express', 'fastify'] as const)('NestJS on %s', (platform) => {
       await bare.app.close()
     }
   })
+
+  it.runIf(platform === 'express')(
+    "without Nest's body parser (bodyParser: false) the layer reads the body itself: every refusal is a problem",
+    async () => {
+      @Module({
+        imports: [OncelyModule.forRoot({ engine: engineFor(db.pool).engine, tenant: () => 't' })],
+        controllers: [PaymentsController],
+      })
+      class OwnParserModule {}
+      const own = await start(platform, OwnParserModule, { rawBody: false, bodyParser: false })
+      try {
+        const send = (key: string, body: string, type = 'application/json') =>
+          fetch(`${own.url}/payments`, {
+            method: 'POST',
+            headers: { 'content-type': type, 'idempotency-key': key },
+            body,
+          })
+        const key = freshKey()
+        for (const [body, status, code] of [
+          ['{"cart":', 400, 'invalid_json'],
+          ['', 400, 'invalid_json'],
+          [`{"cart":"${'x'.repeat(1_100_000)}"}`, 413, 'payload_too_large'],
+        ] as const) {
+          const res = await send(key, body)
+          expect(res.status).toBe(status)
+          expect(res.headers.get('content-type')).toBe('application/problem+json')
+          expect(await res.json()).toMatchObject({ code })
+        }
+        expect(await keyRecord(db.pool, key)).toBeUndefined()
+        const ok = await send(key, JSON.stringify({ cart: key, amount: 3 }))
+        expect(ok.status).toBe(201)
+        expect(await effects(key)).toBe(1)
+      } finally {
+        await own.app.close()
+      }
+    },
+  )
 
   it('fails the start-up with a StoreSetupError when the store has no table', async () => {
     const schema = `nest_missing_${platform}`

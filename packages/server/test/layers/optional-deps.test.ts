@@ -40,7 +40,9 @@ function specifiersLoadedBy(entries: string[]): string[] {
 const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
 const telemetry = (specifier: string) => specifier.startsWith('@opentelemetry/')
 const frameworks = (specifier: string) =>
-  ['fastify', 'fastify-plugin', 'express', 'hono'].includes(specifier) || specifier.startsWith('@hono/')
+  ['fastify', 'fastify-plugin', 'express', 'hono', 'rxjs'].includes(specifier) ||
+  specifier.startsWith('@hono/') ||
+  specifier.startsWith('@nestjs/')
 
 describe('optional dependencies stay behind their subpath', () => {
   it('the main entry and the Postgres-only layers load neither ioredis nor @nats-io', () => {
@@ -70,6 +72,7 @@ describe('optional dependencies stay behind their subpath', () => {
         'fastify',
         'express',
         'fetch',
+        'nestjs',
         'outbox',
         'inbox',
         'steps',
@@ -88,6 +91,12 @@ describe('optional dependencies stay behind their subpath', () => {
   it('the otel subpath does load @opentelemetry/api, and nothing else of OpenTelemetry (so the check above can fail)', () => {
     const loaded = new Set(specifiersLoadedBy(['@oncely/server/otel']).filter(telemetry))
     expect([...loaded]).toEqual(['@opentelemetry/api'])
+  })
+
+  it('the nestjs subpath loads Nest and rxjs, but neither of its platforms (the app picks one)', () => {
+    const loaded = specifiersLoadedBy(['@oncely/server/nestjs']).filter(frameworks)
+    expect(loaded).toEqual(expect.arrayContaining(['@nestjs/common', 'rxjs']))
+    expect(loaded.filter((specifier) => specifier.startsWith('@nestjs/platform-'))).toEqual([])
   })
 
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {
