@@ -40,11 +40,15 @@ import { ADAPTER, nestLogger, ONCELY_OPTIONS, type OncelyModuleOptions } from '.
 /** The metadata key under which `@Idempotent()` keeps the route's resolved options on the handler. */
 export const IDEMPOTENT_ROUTE = 'oncely:idempotent'
 
+/** Marks a request the layer already serves, so that the interceptor bound twice (globally too) acts once. */
+const kServed = Symbol('oncely.served')
+
 /** Where the execution context of a request lives: `request.idempotency`, as with the Express and Fastify adapters. */
 export type WithIdempotency = { idempotency?: ExecutionContext | null }
 
 // The request and response as the two platforms hand them out: Express's are Node's own objects, Fastify's wrap them.
 type PlatformRequest = WithIdempotency & {
+  [kServed]?: true
   raw?: IncomingMessage
   body?: unknown
   rawBody?: unknown
@@ -135,7 +139,8 @@ const cores = new WeakMap<OncelyModuleOptions, HttpCore>()
  * The interceptor `@Idempotent()` applies: it reads and checks the key, parses the body strictly, runs the route
  * through the engine with the handler inside the transaction that also completes the key record, and holds what Nest
  * writes (the handler's result, or the page an exception filter rendered) until that commit. It acts only on the
- * handlers `@Idempotent()` marked, so it may also be bound globally.
+ * handlers `@Idempotent()` marked, and once per request, so it may also be bound globally
+ * (`app.useGlobalInterceptors(app.get(IdempotencyInterceptor))`).
  */
 export class IdempotencyInterceptor implements NestInterceptor {
   readonly #options: OncelyModuleOptions
@@ -159,6 +164,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (context.getType() !== 'http' || route === undefined) return next.handle()
     const http = context.switchToHttp()
     const request = http.getRequest<PlatformRequest>()
+    if (request[kServed]) return next.handle()
+    request[kServed] = true
     request.idempotency = null
     const raw = request.raw ?? (request as unknown as IncomingMessage)
     if (isSafeMethod(String(raw.method).toUpperCase())) return next.handle()

@@ -27,6 +27,7 @@ import { migrate, postgresStore, StoreSetupError } from '../../src/index.js'
 import {
   type ExecutionContext,
   IdempotencyContext,
+  IdempotencyInterceptor,
   IdempotencyTx,
   Idempotent,
   ONCELY_ENGINE,
@@ -112,10 +113,16 @@ type Platform = 'express' | 'fastify'
 async function start(
   platform: Platform,
   module: unknown,
-  { rawBody = true, bodyParser = true }: { rawBody?: boolean; bodyParser?: boolean } = {},
+  {
+    rawBody = true,
+    bodyParser = true,
+    global = false,
+  }: { rawBody?: boolean; bodyParser?: boolean; global?: boolean } = {},
 ): Promise<{ app: INestApplication; url: string }> {
   const adapter = platform === 'express' ? new ExpressAdapter() : new FastifyAdapter()
   const app = await NestFactory.create(module as never, adapter, { rawBody, bodyParser, logger: false })
+  // Bound globally as well as by @Idempotent(): it must still act once per request.
+  if (global) app.useGlobalInterceptors(app.get(IdempotencyInterceptor))
   app.useGlobalFilters(new ProblemFilter())
   await app.listen(0, '127.0.0.1')
   const { port } = app.getHttpServer().address() as AddressInfo
@@ -158,7 +165,7 @@ describe.each(['express', 'fastify'] as const)('NestJS on %s', (platform) => {
       controllers: [PaymentsController],
     })
     class AppModule {}
-    ;({ app, url } = await start(platform, AppModule))
+    ;({ app, url } = await start(platform, AppModule, { global: true }))
   })
   afterAll(async () => {
     await app?.close()
