@@ -7,6 +7,7 @@ export default defineConfig({
     express: 'src/express/index.ts',
     fetch: 'src/fetch/index.ts',
     koa: 'src/koa/index.ts',
+    nestjs: 'src/nestjs/index.ts',
     outbox: 'src/outbox/index.ts',
     inbox: 'src/inbox/index.ts',
     steps: 'src/steps/index.ts',

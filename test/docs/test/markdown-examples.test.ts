@@ -43,7 +43,8 @@ const fileOf = (snippet: Snippet) => `${snippet.name}.${snippet.lang}`
 rmSync(workDir, { recursive: true, force: true })
 mkdirSync(workDir, { recursive: true })
 writeFileSync(path.join(workDir, 'package.json'), `${JSON.stringify({ type: 'module' })}\n`)
-// What a user's project would have: strict mode and Node's own module rules (the strictest about ESM imports).
+// What a user's project would have: strict mode and Node's own module rules (the strictest about ESM imports), and
+// the legacy decorators every NestJS project compiles with (the NestJS example's; no other example uses decorators).
 writeFileSync(
   path.join(workDir, 'tsconfig.json'),
   `${JSON.stringify(
@@ -58,6 +59,7 @@ writeFileSync(
         strict: true,
         jsx: 'react-jsx',
         skipLibCheck: true,
+        experimentalDecorators: true,
         noEmit: true,
       },
       include: ['*.ts', '*.tsx'],

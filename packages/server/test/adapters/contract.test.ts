@@ -1,6 +1,6 @@
-// The HTTP contract of the layer, the same cases for every adapter over a real socket: Fastify, Express, Koa (with
-// @koa/router), and the Fetch adapter under Hono on @hono/node-server. Effects are counted for the key (cart) under
-// test.
+// The HTTP contract of the layer, the same cases for every adapter over a real socket: Fastify, Express (4 and 5),
+// Koa (with @koa/router), the Fetch adapter under Hono on @hono/node-server, and NestJS on its Express and its
+// Fastify platform. Effects are counted for the key (cart) under test.
 import type { TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate, postgresStore } from '../../src/index.js'
@@ -117,6 +117,13 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
   })
   const post = (key: string | undefined, body: unknown, headers?: Record<string, string>) =>
     send(app, '/v1/payments', key, body, headers)
+  /**
+   * Nest parses a JSON body before any interceptor runs (the layer re-parses the bytes it keeps, `rawBody: true`,
+   * strictly). A body its parser cannot parse at all is refused there, with Nest's own 400 (`{ statusCode, message }`
+   * as its exception filters render it), so nothing is reserved either; Fastify's parser also refuses an empty one.
+   */
+  const refusedByNestParser = (body: string) =>
+    name.startsWith('nestjs') && (body !== '' || name === 'nestjs (fastify)') && !isJson(body)
 
   describe('first execution and replay', () => {
     it('replays the same status, bytes and safe headers with Idempotent-Replayed, without running again', async () => {
@@ -266,8 +273,12 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
       const key = freshKey()
       const res = await post(key, body)
       expect(res.status).toBe(400)
-      expect(res.headers.get('content-type')).toBe('application/problem+json')
-      expect(res.json()).toMatchObject({ code: 'invalid_json' })
+      if (refusedByNestParser(body)) {
+        expect(res.json()).toMatchObject({ statusCode: 400 })
+      } else {
+        expect(res.headers.get('content-type')).toBe('application/problem+json')
+        expect(res.json()).toMatchObject({ code: 'invalid_json' })
+      }
       expect(await record(key)).toBeUndefined()
     })
 
@@ -373,7 +384,9 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
       expect(inString.status).toBe(422)
       const twice = await post(freshKey(), Buffer.concat([bom, bom, Buffer.from('{"amount":1}')]))
       expect(twice.status).toBe(400)
-      expect(twice.json()).toMatchObject({ code: 'invalid_json' })
+      expect(twice.json()).toMatchObject(
+        refusedByNestParser('\ufeff{') ? { statusCode: 400 } : { code: 'invalid_json' },
+      )
       expect(await effects(key)).toBe(1)
     })
 
@@ -637,6 +650,15 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     })
   })
 })
+
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
+}
 
 async function waitUntil(condition: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
   const until = Date.now() + timeoutMs

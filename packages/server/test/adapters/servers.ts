@@ -21,6 +21,7 @@ import type { EngineEvent } from '../../src/index.js'
 import { type IdempotencyState, idempotency as koaIdempotency } from '../../src/koa/index.js'
 import type { TestingEngineOptions } from '../../src/testing/index.js'
 import { engineFor } from '../helpers.js'
+import { type NestPlatform, nestApp } from './nest-apps.js'
 
 export interface PaymentBody {
   cart: string
@@ -49,13 +50,25 @@ export interface AppOptions {
   gate?: () => Promise<void>
 }
 
-export type AdapterName = 'fastify' | 'express' | 'express 4' | 'koa' | 'fetch (Hono)'
+export type AdapterName =
+  | 'fastify'
+  | 'express'
+  | 'express 4'
+  | 'koa'
+  | 'fetch (Hono)'
+  | 'nestjs (express)'
+  | 'nestjs (fastify)'
 
 /**
  * The adapters whose router matches the path as sent, without decoding it first: a percent-encoded spelling of a
  * route's path is no route of the app there (404).
  */
-export const RAW_PATH_ROUTERS: ReadonlySet<AdapterName> = new Set(['express', 'express 4', 'koa'])
+export const RAW_PATH_ROUTERS: ReadonlySet<AdapterName> = new Set([
+  'express',
+  'express 4',
+  'koa',
+  'nestjs (express)',
+])
 
 const PAYMENTS: IdempotencyRouteOptions = {
   required: true,
@@ -418,4 +431,21 @@ export const adapters: Record<AdapterName, (pool: pg.Pool, options?: AppOptions)
   'express 4': (pool, options = {}) => expressApp(pool, options, express4),
   koa: (pool, options = {}) => koaApp(pool, options),
   'fetch (Hono)': (pool, options = {}) => honoApp(pool, options),
+  'nestjs (express)': (pool, options = {}) => nestAppOn('express', pool, options),
+  'nestjs (fastify)': (pool, options = {}) => nestAppOn('fastify', pool, options),
+}
+
+/** The same API as a NestJS application (test/adapters/nest-apps.ts), given this file's handlers. */
+function nestAppOn(platform: NestPlatform, pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
+  return nestApp(platform, options, {
+    pool,
+    createPayment: createPayment as never,
+    transfer: transfer as never,
+    slow: slow as never,
+    routes: { payments: PAYMENTS, notes: NOTES, slow: SLOW, waiting: WAITING },
+    handlerHeaders: HANDLER_HEADERS,
+    hookHeader: HOOK_HEADER,
+    tenantOf,
+    claimed,
+  })
 }

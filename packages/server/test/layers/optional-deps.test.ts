@@ -40,9 +40,10 @@ function specifiersLoadedBy(entries: string[]): string[] {
 const optional = (specifier: string) => specifier === 'ioredis' || specifier.startsWith('@nats-io/')
 const telemetry = (specifier: string) => specifier.startsWith('@opentelemetry/')
 const frameworks = (specifier: string) =>
-  ['fastify', 'fastify-plugin', 'express', 'hono', 'koa'].includes(specifier) ||
+  ['fastify', 'fastify-plugin', 'express', 'hono', 'koa', 'rxjs'].includes(specifier) ||
   specifier.startsWith('@hono/') ||
-  specifier.startsWith('@koa/')
+  specifier.startsWith('@koa/') ||
+  specifier.startsWith('@nestjs/')
 
 describe('optional dependencies stay behind their subpath', () => {
   it('the main entry and the Postgres-only layers load neither ioredis nor @nats-io', () => {
@@ -78,6 +79,7 @@ describe('optional dependencies stay behind their subpath', () => {
         'express',
         'fetch',
         'koa',
+        'nestjs',
         'outbox',
         'inbox',
         'steps',
@@ -104,6 +106,12 @@ describe('optional dependencies stay behind their subpath', () => {
     expect(loaded.filter((specifier) => specifier.startsWith('@prisma/') || specifier === 'prisma')).toEqual(
       [],
     )
+  })
+
+  it('the nestjs subpath loads Nest and rxjs, but neither of its platforms (the app picks one)', () => {
+    const loaded = specifiersLoadedBy(['@oncely/server/nestjs']).filter(frameworks)
+    expect(loaded).toEqual(expect.arrayContaining(['@nestjs/common', 'rxjs']))
+    expect(loaded.filter((specifier) => specifier.startsWith('@nestjs/platform-'))).toEqual([])
   })
 
   it('the fastify subpath does load fastify-plugin (so the check above can fail)', () => {

@@ -1,0 +1,367 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import {
+  type CallHandler,
+  Inject,
+  Injectable,
+  type ExecutionContext as NestExecutionContext,
+  type NestInterceptor,
+} from '@nestjs/common'
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js'
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js'
+import { lastValueFrom, Observable, type Subscriber } from 'rxjs'
+import { defaultRenderError } from '../engine/classify.js'
+import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
+import {
+  type HeaderSnapshot,
+  misconfiguredAnswer,
+  problemAnswer,
+  type ReplacingAnswer,
+  type ResponseWriter,
+  resetHandlerHeaders,
+  snapshotHeaders,
+  writeReplacement,
+} from '../http/answer.js'
+import { createHttpCore, type HttpCore, PASS } from '../http/core.js'
+import { readNodeBody, sendRefusal } from '../http/node.js'
+import { NodeResponseHold, type WrittenResponse } from '../http/node-hold.js'
+import type { AdapterLogger, ResolvedRoute } from '../http/options.js'
+import {
+  announcesBody,
+  DEFAULT_MAX_BODY_BYTES,
+  decodePath,
+  headerProblem,
+  isSafeMethod,
+  parseBody,
+  payloadTooLarge,
+  targetPath,
+} from '../http/request.js'
+import { ADAPTER, nestLogger, ONCELY_OPTIONS, type OncelyModuleOptions } from './options.js'
+
+/** The metadata key under which `@Idempotent()` keeps the route's resolved options on the handler. */
+export const IDEMPOTENT_ROUTE = 'oncely:idempotent'
+
+/** Marks a request the layer already serves, so that the interceptor bound twice (globally too) acts once. */
+const kServed = Symbol('oncely.served')
+
+/** Where the execution context of a request lives: `request.idempotency`, as with the Express and Fastify adapters. */
+export type WithIdempotency = { idempotency?: ExecutionContext | null }
+
+// The request and response as the two platforms hand them out: Express's are Node's own objects, Fastify's wrap them.
+type PlatformRequest = WithIdempotency & {
+  [kServed]?: true
+  raw?: IncomingMessage
+  body?: unknown
+  rawBody?: unknown
+  query?: unknown
+  originalUrl?: string
+  baseUrl?: string
+  route?: { path?: unknown }
+  routeOptions?: { url?: string }
+}
+type FastifyReplyLike = {
+  raw: ServerResponse
+  code(status: number): unknown
+  header(name: string, value: unknown): unknown
+  removeHeader(name: string): unknown
+  getHeaders(): Record<string, string | number | string[] | undefined>
+}
+
+const NO_BYTES = Buffer.alloc(0)
+
+const nodeWriter: ResponseWriter<ServerResponse> = {
+  status: (res, code) => {
+    res.statusCode = code
+  },
+  setHeader: (res, name, value) => res.setHeader(name, value),
+  removeHeader: (res, name) => res.removeHeader(name),
+  headers: (res) => res.getHeaders(),
+}
+
+// Fastify keeps the headers set through the reply in a map of its own until it writes the head.
+const fastifyWriter: ResponseWriter<FastifyReplyLike> = {
+  status: (reply, code) => reply.code(code),
+  setHeader: (reply, name, value) => reply.header(name, value),
+  removeHeader: (reply, name) => {
+    reply.removeHeader(name)
+    reply.raw.removeHeader(name)
+  },
+  headers: (reply) => reply.getHeaders(),
+}
+
+const isFastifyReply = (response: unknown): response is FastifyReplyLike =>
+  typeof (response as { raw?: unknown }).raw === 'object' &&
+  typeof (response as { getHeaders?: unknown }).getHeaders === 'function'
+
+/** The answer when the engine failed after the response was written (it never reached the client). */
+const failedAnswer = (): ReplacingAnswer =>
+  problemAnswer({
+    type: 'about:blank',
+    title: 'Internal Server Error',
+    status: 500,
+    detail: 'The request failed before it was committed; retry it with the same key.',
+  })
+
+const sendsItself = new WeakMap<object, boolean>()
+
+/**
+ * True for a handler that writes the response itself (`@Res()` or `@Next()` without `passthrough`), as Nest decides
+ * it: Nest sends nothing for it, so an answer that replaces it is written by the layer.
+ */
+function writesItself(context: NestExecutionContext): boolean {
+  const handler = context.getHandler()
+  let known = sendsItself.get(handler)
+  if (known === undefined) {
+    known = false
+    // Parameter decorators store their metadata on the class that declares the method.
+    for (
+      let host: unknown = context.getClass();
+      typeof host === 'function';
+      host = Object.getPrototypeOf(host)
+    ) {
+      const args = Reflect.getMetadata(ROUTE_ARGS_METADATA, host, handler.name) as object | undefined
+      if (args === undefined) continue
+      const handled = Object.keys(args).some((key) => {
+        const type = Number(key.split(':')[0])
+        return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT
+      })
+      known = handled && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, host, handler.name)
+      break
+    }
+    sendsItself.set(handler, known)
+  }
+  return known
+}
+
+/** The handlers' shared state per module options: one core (one outage log, one log per mistake). */
+const cores = new WeakMap<OncelyModuleOptions, HttpCore>()
+
+/**
+ * The interceptor `@Idempotent()` applies: it reads and checks the key, parses the body strictly, runs the route
+ * through the engine with the handler inside the transaction that also completes the key record, and holds what Nest
+ * writes (the handler's result, or the page an exception filter rendered) until that commit. It acts only on the
+ * handlers `@Idempotent()` marked, and once per request, so it may also be bound globally
+ * (`app.useGlobalInterceptors(app.get(IdempotencyInterceptor))`).
+ */
+export class IdempotencyInterceptor implements NestInterceptor {
+  readonly #options: OncelyModuleOptions
+  readonly #core: HttpCore
+  readonly #log: AdapterLogger
+  readonly #reported = new Set<string>()
+
+  constructor(options: OncelyModuleOptions) {
+    this.#options = options
+    let core = cores.get(options)
+    if (!core) {
+      core = createHttpCore(options.engine, ADAPTER)
+      cores.set(options, core)
+    }
+    this.#core = core
+    this.#log = options.logger ?? nestLogger()
+  }
+
+  intercept(context: NestExecutionContext, next: CallHandler): Observable<unknown> {
+    const route = Reflect.getMetadata(IDEMPOTENT_ROUTE, context.getHandler()) as ResolvedRoute | undefined
+    if (context.getType() !== 'http' || route === undefined) return next.handle()
+    const http = context.switchToHttp()
+    const request = http.getRequest<PlatformRequest>()
+    if (request[kServed]) return next.handle()
+    request[kServed] = true
+    request.idempotency = null
+    const raw = request.raw ?? (request as unknown as IncomingMessage)
+    if (isSafeMethod(String(raw.method).toUpperCase())) return next.handle()
+    return new Observable((subscriber) => {
+      void this.#serve(route, context, next, request, http.getResponse(), subscriber)
+    })
+  }
+
+  /** Logs a mistake in the app's setup once per route; the client gets a 500 that says only that. */
+  #misconfigured(where: string, message: string): ReplacingAnswer {
+    if (!this.#reported.has(where)) {
+      this.#reported.add(where)
+      this.#log.error({}, message)
+    }
+    return misconfiguredAnswer('This route is not set up correctly.')
+  }
+
+  async #serve(
+    route: ResolvedRoute,
+    context: NestExecutionContext,
+    next: CallHandler,
+    request: PlatformRequest,
+    response: unknown,
+    subscriber: Subscriber<unknown>,
+  ): Promise<void> {
+    const raw = request.raw ?? (request as unknown as IncomingMessage)
+    const fastify = isFastifyReply(response)
+    const res = fastify ? response.raw : (response as ServerResponse)
+    // What was set before the handler (by guards, middleware, @Header()) stays on an answer that replaces its
+    // response; what the handler set does not.
+    const before: HeaderSnapshot = fastify
+      ? snapshotHeaders(fastifyWriter, response)
+      : snapshotHeaders(nodeWriter, res)
+    const resetHeaders = () =>
+      fastify
+        ? resetHandlerHeaders(fastifyWriter, response, before)
+        : resetHandlerHeaders(nodeWriter, res, before)
+    // Nothing Nest writes for this request leaves before the engine decided.
+    const hold = new NodeResponseHold(res)
+    let settled = false
+    const emit = (value: unknown) => {
+      if (settled) return
+      settled = true
+      subscriber.next(value)
+      subscriber.complete()
+    }
+    const fail = (error: unknown) => {
+      if (settled) return
+      settled = true
+      subscriber.error(error)
+    }
+    const replace = (answer: ReplacingAnswer) => (target: ServerResponse) =>
+      target.end(writeReplacement(nodeWriter, target, answer, before))
+    /**
+     * Answers with `answer` instead of the handler: Nest is handed nothing to send, and what it writes for that is
+     * replaced. A request whose body is still unread is refused so that the answer reaches a client still sending.
+     */
+    const answer = async (value: ReplacingAnswer): Promise<void> => {
+      const send = raw.readableEnded
+        ? replace(value)
+        : (target: ServerResponse) => sendRefusal(raw, target, value)
+      if (writesItself(context)) {
+        emit(undefined)
+        return hold.release(send)
+      }
+      const written = hold.written()
+      emit(undefined)
+      await written
+      hold.release(send)
+    }
+
+    const method = String(raw.method).toUpperCase()
+    const header = (name: string) => raw.headers[name]
+    let ran = false
+    let thrown: { error: unknown; page: WrittenResponse } | undefined
+    try {
+      const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+      const early = headerProblem(header, limit)
+      if (early) return await answer(problemAnswer(early))
+      let bytes: Buffer = NO_BYTES
+      if (!raw.readableEnded) {
+        const read = await readNodeBody(raw, limit)
+        if (!read.ok) return await answer(problemAnswer(read.problem))
+        bytes = read.bytes
+      } else if (Buffer.isBuffer(request.rawBody)) {
+        bytes = request.rawBody
+      } else if (announcesBody(header)) {
+        return await answer(
+          this.#misconfigured(
+            'raw-body',
+            `oncely: the body of ${method} ${raw.url} was parsed by Nest's body parser without keeping its bytes, so its duplicate member names, integers beyond 2^53 and bytes that are not UTF-8 would pass unchecked and its fingerprint would not be the request's; every such request is refused. Create the app with \`NestFactory.create(AppModule, adapter, { rawBody: true })\`, which keeps them (or with \`bodyParser: false\` on Express).`,
+          ),
+        )
+      }
+      if (bytes.length > limit) return await answer(problemAnswer(payloadTooLarge()))
+      const parsed = parseBody(bytes, header)
+      if (!parsed.ok) return await answer(problemAnswer(parsed.problem))
+      const { body } = parsed
+      request.body = body
+
+      const template = fastify
+        ? request.routeOptions?.url
+        : request.route?.path !== undefined
+          ? `${request.baseUrl ?? ''}${String(request.route.path)}`
+          : undefined
+      if (template === undefined && route.operation === undefined) {
+        return await answer(
+          this.#misconfigured(
+            'template',
+            `oncely: @Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
+          ),
+        )
+      }
+      // The page Nest's exception filters rendered for an error the handler threw: stored when it is permanent.
+      const perRequest: ResolvedRoute = {
+        ...route,
+        renderError:
+          route.renderError ??
+          ((error) => {
+            const filtered = thrown as { error: unknown; page: WrittenResponse } | undefined
+            return filtered && filtered.error === error ? pageOf(filtered.page) : defaultRenderError(error)
+          }),
+      }
+      const verdict = await this.#core.handle(perRequest, {
+        method,
+        route: template ?? (route.operation as string),
+        path: decodePath(targetPath(request.originalUrl ?? raw.url ?? '/')),
+        header,
+        body,
+        query: () => request.query as Record<string, unknown>,
+        tenant: () => this.#options.tenant(request, context),
+        log: this.#log,
+        run: async (ctx) => {
+          ran = true
+          request.idempotency = ctx
+          const written = hold.written()
+          const done = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+            (value) => ({ value }),
+            (error: unknown) => ({ error }),
+          )
+          const first = await Promise.race([done, written])
+          if ('status' in first) {
+            // The handler wrote the response itself (`@Res()`) before it returned.
+            void done.then((result) => ('value' in result ? emit(result.value) : fail(result.error)))
+            return first
+          }
+          if ('error' in first) {
+            // Its writes roll back: the page that answers the error carries none of the headers it set.
+            resetHeaders()
+            const page = hold.written()
+            fail(first.error)
+            thrown = { error: first.error, page: await page }
+            throw first.error
+          }
+          emit(first.value)
+          return await written
+        },
+      })
+      if (verdict === PASS) {
+        request.idempotency = null
+        hold.release()
+        next.handle().subscribe(subscriber)
+        return
+      }
+      if (verdict.own) return hold.release()
+      if (!ran) return await answer(verdict)
+      hold.release(replace(verdict))
+    } catch (error) {
+      if (thrown && error === thrown.error) {
+        // A retryable error: the page Nest's filters rendered goes out as it is.
+        hold.release()
+      } else if (hold.held) {
+        // The engine failed after Nest had written the response, which never reached the client.
+        this.#log.error(
+          { err: error },
+          `oncely: ${method} ${raw.url} failed before its commit: ${messageOf(error)}`,
+        )
+        hold.release(replace(failedAnswer()))
+      } else {
+        // Before the handler ran (the tenant function threw): Nest's exception filters answer.
+        hold.release()
+        fail(error)
+      }
+    }
+  }
+}
+
+function pageOf(page: WrittenResponse): HandlerResponse {
+  return { status: page.status, headers: page.headers, body: page.body }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}
+
+// Nest reads a class's dependencies from `design:paramtypes`, which only a compiler emitting decorator metadata
+// writes; an explicit token needs neither that nor decorators in this file.
+Inject(ONCELY_OPTIONS)(IdempotencyInterceptor, undefined, 0)
+Injectable()(IdempotencyInterceptor)
