@@ -13,7 +13,6 @@ import { defaultRenderError } from '../engine/classify.js'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import {
   type HeaderSnapshot,
-  misconfiguredAnswer,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
@@ -25,6 +24,7 @@ import { createHttpCore, type HttpCore, PASS } from '../http/core.js'
 import { readNodeBody, sendRefusal } from '../http/node.js'
 import { NodeResponseHold, type WrittenResponse } from '../http/node-hold.js'
 import type { AdapterLogger, ResolvedRoute } from '../http/options.js'
+import { createRequestPolicy, type RequestPolicy } from '../http/policy.js'
 import {
   announcesBody,
   DEFAULT_MAX_BODY_BYTES,
@@ -146,7 +146,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   readonly #options: OncelyModuleOptions
   readonly #core: HttpCore
   readonly #log: AdapterLogger
-  readonly #reported = new Set<string>()
+  readonly #policy: RequestPolicy
 
   constructor(options: OncelyModuleOptions) {
     this.#options = options
@@ -157,6 +157,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     this.#core = core
     this.#log = options.logger ?? nestLogger()
+    this.#policy = createRequestPolicy(ADAPTER)
   }
 
   intercept(context: NestExecutionContext, next: CallHandler): Observable<unknown> {
@@ -167,20 +168,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (request[kServed]) return next.handle()
     request[kServed] = true
     request.idempotency = null
-    const raw = request.raw ?? (request as unknown as IncomingMessage)
-    if (isSafeMethod(String(raw.method).toUpperCase())) return next.handle()
     return new Observable((subscriber) => {
       void this.#serve(route, context, next, request, http.getResponse(), subscriber)
     })
-  }
-
-  /** Logs a mistake in the app's setup once per route; the client gets a 500 that says only that. */
-  #misconfigured(where: string, message: string): ReplacingAnswer {
-    if (!this.#reported.has(where)) {
-      this.#reported.add(where)
-      this.#log.error({}, message)
-    }
-    return misconfiguredAnswer('This route is not set up correctly.')
   }
 
   async #serve(
@@ -242,6 +232,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let ran = false
     let thrown: { error: unknown; page: WrittenResponse } | undefined
     try {
+      // The one policy of every adapter: an idempotent handler never runs unguarded on a safe method.
+      if (isSafeMethod(method)) {
+        return await answer(this.#policy.safeMethod(method, `${method} ${raw.url ?? '/'}`, this.#log))
+      }
       const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
       const early = headerProblem(header, limit)
       if (early) return await answer(problemAnswer(early))
@@ -254,9 +248,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         bytes = request.rawBody
       } else if (announcesBody(header)) {
         return await answer(
-          this.#misconfigured(
-            'raw-body',
-            `oncely: the body of ${method} ${raw.url} was parsed by Nest's body parser without keeping its bytes, so its duplicate member names, integers beyond 2^53 and bytes that are not UTF-8 would pass unchecked and its fingerprint would not be the request's; every such request is refused. Create the app with \`NestFactory.create(AppModule, adapter, { rawBody: true })\`, which keeps them (or with \`bodyParser: false\` on Express).`,
+          this.#policy.bodyConsumed(
+            `${method} ${raw.url}`,
+            "Nest's body parser kept no bytes of it: create the app with `NestFactory.create(AppModule, adapter, { rawBody: true })`, which keeps them (or with `bodyParser: false` on Express).",
+            this.#log,
           ),
         )
       }
@@ -273,9 +268,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
           : undefined
       if (template === undefined && route.operation === undefined) {
         return await answer(
-          this.#misconfigured(
-            'template',
-            `oncely: @Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
+          this.#policy.misplaced(
+            `${method} ${raw.url}`,
+            `@Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
+            this.#log,
           ),
         )
       }

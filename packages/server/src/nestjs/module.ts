@@ -122,7 +122,8 @@ Module({})(OncelyModule)
  * until that commit; a retry gets the stored response with `Idempotent-Replayed: true`. An error the handler throws
  * is classified like any other (an `HttpException` by its status: a 4xx is stored and replayed, a 5xx releases the
  * key) and answered with the page your exception filters render. The options are checked now, with a TypeError
- * naming the bad one. On a GET, HEAD or OPTIONS route it does nothing: safe methods are never checked.
+ * naming the bad one. On a GET, HEAD or OPTIONS request the handler does not run: the request gets a 500 problem
+ * and the log says once per route to use it on unsafe methods only (safe methods are never idempotency-checked).
  *
  * @example
  * \@Post('payments')

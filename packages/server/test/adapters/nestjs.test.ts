@@ -10,6 +10,7 @@ import {
   Catch,
   Controller,
   type ExceptionFilter,
+  Get,
   HttpException,
   type INestApplication,
   Module,
@@ -224,6 +225,45 @@ describe.each(['express', 'fastify'] as const)('NestJS on %s', (platform) => {
     expect(replay.text).toBe(first.text)
     expect(replay.headers.get('idempotent-replayed')).toBe('true')
     expect(await effects(key)).toBe(1)
+  })
+
+  it('never runs an idempotent handler on a safe method: a 500 problem, logged once per route with the fix', async () => {
+    let ran = 0
+    @Controller()
+    class SafeController {
+      @Get('lookup')
+      @Idempotent()
+      lookup() {
+        ran++
+        return { ok: true }
+      }
+    }
+    @Module({
+      imports: [
+        OncelyModule.forRoot({
+          engine: engineFor(db.pool).engine,
+          tenant: () => 't',
+          logger: { error: (_d, m) => errors.push(m) },
+        }),
+      ],
+      controllers: [SafeController],
+    })
+    class SafeModule {}
+    const safe = await start(platform, SafeModule)
+    try {
+      const first = await fetch(`${safe.url}/lookup`, { headers: { 'idempotency-key': freshKey() } })
+      const second = await fetch(`${safe.url}/lookup`)
+      for (const res of [first, second]) {
+        expect(res.status).toBe(500)
+        expect(res.headers.get('content-type')).toBe('application/problem+json')
+      }
+      expect(ran).toBe(0)
+      expect(
+        errors.filter((line) => line.includes('safe methods are never idempotency-checked')),
+      ).toHaveLength(1)
+    } finally {
+      await safe.app.close()
+    }
   })
 
   it('refuses a body whose bytes Nest did not keep (no rawBody), once in the log with the fix', async () => {
