@@ -1,16 +1,17 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type { ExecutionContext } from '../engine/types.js'
 import {
   type Answer,
   headerStrings,
-  type ResponseWriter,
+  nodeResponseWriter,
   resetHandlerHeaders,
   snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
 import { readNodeJson, sendRefusal } from '../http/node.js'
+import { keepWriteHead } from '../http/node-hold.js'
 import {
   checkAdapterOptions,
   consoleLogger,
@@ -52,14 +53,7 @@ const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
     ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
     : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
 
-const writer: ResponseWriter<ServerResponse> = {
-  status: (res, code) => {
-    res.statusCode = code
-  },
-  setHeader: (res, name, value) => res.setHeader(name, value),
-  removeHeader: (res, name) => res.removeHeader(name),
-  headers: (res) => res.getHeaders(),
-}
+const writer = nodeResponseWriter
 
 /**
  * Holds what the handler writes to `res` (`res.json()`, `res.send()`, `writeHead`, `write`, `end`, a piped stream)
@@ -79,21 +73,7 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
   res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
     if (!held.capturing)
       return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
-    this.statusCode = status
-    if (typeof rest[0] === 'string') this.statusMessage = rest.shift() as string
-    const headers = rest[0] as OutgoingHttpHeaders | readonly unknown[] | undefined
-    if (Array.isArray(headers)) {
-      // Either [name, value, name, value] or [[name, value], ...].
-      const pairs = Array.isArray(headers[0])
-        ? headers
-        : headers.flatMap((_, i) => (i % 2 ? [] : [[headers[i], headers[i + 1]]]))
-      for (const [name, value] of pairs as [string, string][]) this.setHeader(name, value)
-    } else if (headers) {
-      for (const [name, value] of Object.entries(headers)) {
-        if (value !== undefined && value !== null) this.setHeader(name, value as string | number | string[])
-      }
-    }
-    return this
+    return keepWriteHead(this, status, rest)
   } as ServerResponse['writeHead']
   res.flushHeaders = function (this: ServerResponse) {
     if (!held.capturing) flushHeaders.call(this)

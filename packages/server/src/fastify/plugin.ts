@@ -15,6 +15,7 @@ import {
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
+  replyWriter,
   resetHandlerHeaders,
   snapshotHeaders,
   writeReplacement,
@@ -56,16 +57,7 @@ class UnpreparedRouteError extends Error {
 const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
   existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
 
-const writer: ResponseWriter<FastifyReply> = {
-  status: (reply, code) => reply.code(code),
-  setHeader: (reply, name, value) => reply.header(name, value),
-  // Fastify's own headers, and any set on the raw response (which Fastify merges in when it writes the head).
-  removeHeader: (reply, name) => {
-    reply.removeHeader(name)
-    reply.raw.removeHeader(name)
-  },
-  headers: (reply) => reply.getHeaders(),
-}
+const writer = replyWriter as ResponseWriter<FastifyReply>
 
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
 const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse): FastifyReply =>

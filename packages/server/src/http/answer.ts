@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http'
 import {
   formatRetryAfter,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -109,6 +110,39 @@ export interface ResponseWriter<Response> {
   removeHeader(response: Response, name: string): void
   /** Every header set so far, lower-case names. */
   headers(response: Response): Record<string, HeaderValue | undefined>
+}
+
+/** Writes to Node's own `ServerResponse` (Express, and NestJS on its Express platform). */
+export const nodeResponseWriter: ResponseWriter<ServerResponse> = {
+  status: (res, code) => {
+    res.statusCode = code
+  },
+  setHeader: (res, name, value) => res.setHeader(name, value),
+  removeHeader: (res, name) => res.removeHeader(name),
+  headers: (res) => res.getHeaders(),
+}
+
+/** What {@link replyWriter} needs of a Fastify reply (so that NestJS's Fastify platform needs no import of Fastify). */
+export interface ReplyLike {
+  raw: { removeHeader(name: string): void }
+  code(status: number): unknown
+  header(name: string, value: HeaderValue): unknown
+  removeHeader(name: string): unknown
+  getHeaders(): Record<string, HeaderValue | undefined>
+}
+
+/**
+ * Writes to a Fastify reply. Fastify keeps the headers set through the reply in a map of its own until it writes the
+ * head, and merges in those set on the raw response: a header is removed from both.
+ */
+export const replyWriter: ResponseWriter<ReplyLike> = {
+  status: (reply, code) => reply.code(code),
+  setHeader: (reply, name, value) => reply.header(name, value),
+  removeHeader: (reply, name) => {
+    reply.removeHeader(name)
+    reply.raw.removeHeader(name)
+  },
+  headers: (reply) => reply.getHeaders(),
 }
 
 /** The response's headers now: taken just before the handler runs, so that what it sets can be taken back. */

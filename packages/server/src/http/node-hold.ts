@@ -9,6 +9,28 @@ export interface WrittenResponse {
   body: Buffer
 }
 
+/**
+ * What `res.writeHead(status, [message], [headers])` asks for, kept on `res` without writing anything: the status, the
+ * message and the headers (an object, or a flat or nested array of pairs), for a hold that writes the head later.
+ */
+export function keepWriteHead(res: ServerResponse, status: number, rest: unknown[]): ServerResponse {
+  res.statusCode = status
+  if (typeof rest[0] === 'string') res.statusMessage = rest.shift() as string
+  const headers = rest[0] as OutgoingHttpHeaders | readonly unknown[] | undefined
+  if (Array.isArray(headers)) {
+    // Either [name, value, name, value] or [[name, value], ...].
+    const pairs = Array.isArray(headers[0])
+      ? headers
+      : headers.flatMap((_, i) => (i % 2 ? [] : [[headers[i], headers[i + 1]]]))
+    for (const [name, value] of pairs as [string, string][]) res.setHeader(name, value)
+  } else if (headers) {
+    for (const [name, value] of Object.entries(headers)) {
+      if (value !== undefined && value !== null) res.setHeader(name, value as string | number | string[])
+    }
+  }
+  return res
+}
+
 type Chunk = string | Uint8Array
 const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
   typeof chunk === 'string'
@@ -38,21 +60,7 @@ export class NodeResponseHold {
     this.#originals = { writeHead, write, end, flushHeaders }
     const hold = this
     res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
-      this.statusCode = status
-      if (typeof rest[0] === 'string') this.statusMessage = rest.shift() as string
-      const headers = rest[0] as OutgoingHttpHeaders | readonly unknown[] | undefined
-      if (Array.isArray(headers)) {
-        // Either [name, value, name, value] or [[name, value], ...].
-        const pairs = Array.isArray(headers[0])
-          ? headers
-          : headers.flatMap((_, i) => (i % 2 ? [] : [[headers[i], headers[i + 1]]]))
-        for (const [name, value] of pairs as [string, string][]) this.setHeader(name, value)
-      } else if (headers) {
-        for (const [name, value] of Object.entries(headers)) {
-          if (value !== undefined && value !== null) this.setHeader(name, value as string | number | string[])
-        }
-      }
-      return this
+      return keepWriteHead(this, status, rest)
     } as ServerResponse['writeHead']
     res.flushHeaders = () => {}
     res.write = function (this: ServerResponse, chunk: Chunk, ...rest: unknown[]) {

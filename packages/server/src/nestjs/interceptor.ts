@@ -13,9 +13,11 @@ import { defaultRenderError } from '../engine/classify.js'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import {
   type HeaderSnapshot,
+  nodeResponseWriter,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
+  replyWriter,
   resetHandlerHeaders,
   snapshotHeaders,
   writeReplacement,
@@ -68,25 +70,8 @@ type FastifyReplyLike = {
 
 const NO_BYTES = Buffer.alloc(0)
 
-const nodeWriter: ResponseWriter<ServerResponse> = {
-  status: (res, code) => {
-    res.statusCode = code
-  },
-  setHeader: (res, name, value) => res.setHeader(name, value),
-  removeHeader: (res, name) => res.removeHeader(name),
-  headers: (res) => res.getHeaders(),
-}
-
-// Fastify keeps the headers set through the reply in a map of its own until it writes the head.
-const fastifyWriter: ResponseWriter<FastifyReplyLike> = {
-  status: (reply, code) => reply.code(code),
-  setHeader: (reply, name, value) => reply.header(name, value),
-  removeHeader: (reply, name) => {
-    reply.removeHeader(name)
-    reply.raw.removeHeader(name)
-  },
-  headers: (reply) => reply.getHeaders(),
-}
+const nodeWriter = nodeResponseWriter
+const fastifyWriter = replyWriter as ResponseWriter<FastifyReplyLike>
 
 const isFastifyReply = (response: unknown): response is FastifyReplyLike =>
   typeof (response as { raw?: unknown }).raw === 'object' &&

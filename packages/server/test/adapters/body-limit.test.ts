@@ -28,7 +28,11 @@ const keyRows = async (keys: readonly string[]) =>
     ])
   ).rows[0].n as number
 
-describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
+// NestJS's own body parser reads a body before any interceptor runs, so an oversize one gets Nest's 413 (the server
+// README says so); with Nest's parser off, the layer's own 413 problem is in nestjs.test.ts.
+const bounded = (Object.keys(adapters) as AdapterName[]).filter((name) => !name.startsWith('nestjs'))
+
+describe.each(bounded)('%s', (name) => {
   let app: RunningApp
   beforeAll(async () => {
     app = await adapters[name](db.pool)
