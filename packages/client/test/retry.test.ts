@@ -61,7 +61,7 @@ describe('retry rules', () => {
     const { client: c, store } = client()
     const res = await pay(c)
     expect(res).toMatchObject({ status: 201, data: { id: 'pay_1' }, replayed: false, attempts: 1 })
-    expect(res.key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(res.key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
     expect(seen).toEqual([{ key: res.key, attempt: '1', at: expect.any(Number), body: '{"amount":100}' }])
     expect(await store.list()).toEqual([])
   })
