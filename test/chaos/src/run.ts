@@ -121,8 +121,12 @@ export async function run(
     process.env.DATABASE_URL = cluster.url
   }
   // On Citus: a coordinator and two workers of the run's own, the demo's tables distributed by tenant at its start.
+  // Durable as production runs it (a test cluster is not by default): restart-worker crashes a worker with an
+  // immediate shutdown, and with synchronous_commit off that would lose commits the API had already acknowledged.
   const citus: CitusCluster | undefined =
-    options.database === 'citus' ? await startCitusCluster({ settings: ['fsync=on'] }) : undefined
+    options.database === 'citus'
+      ? await startCitusCluster({ settings: ['fsync=on', 'synchronous_commit=on', 'full_page_writes=on'] })
+      : undefined
   // Ctrl-C or a CI timeout: stop every process this run started before exiting, so nothing is left behind.
   const onSignal = () => {
     shuttingDown = true
