@@ -47,9 +47,9 @@ export interface DistributeResult {
 
 /**
  * Distributes oncely's tables on a Citus cluster (run on the coordinator, after `migrate()`, through a pg.Pool or a
- * datasource): the key table by `scope` in the co-location group of `colocateWith`, and the outbox with it. The engine's statements on the key table all
- * name one scope, so each request's reservation, completion and business writes run on the one node holding the
- * tenant's shard. Idempotent and safe to call from every instance at start-up (they take turns).
+ * datasource): the key table by `scope` in the co-location group of `colocateWith`, and the outbox with it. The
+ * engine's statements on the key table all name one scope, so each request's reservation, completion and business
+ * writes run on the one node holding the tenant's shard. Idempotent and safe to call from every instance at start-up (they take turns).
  *
  * Then give every engine the tenant as `scope` (the Fastify plugin's `tenant`), the same text as the business tables'
  * distribution column, and `scope` to `enqueue()`; otherwise a request writes two nodes and Citus commits it with
