@@ -20,6 +20,12 @@ export const WORKER_CRASH_POINTS = ['after-intent-write', 'after-send', 'after-r
  */
 export const WORKER_FAULTS = ['restart-worker', 'kill-worker-connections'] as const
 
+/**
+ * Faults of the pooler, injected only with `--pooler pgbouncer`: PgBouncer restarted on its port, cleanly (its safe
+ * shutdown, after the transactions in progress) or as a crash (every client and server connection dropped at once).
+ */
+export const POOLER_FAULTS = ['restart-pooler'] as const
+
 /** Faults of the one Postgres server the driver owns, which a Citus cluster does not have. */
 const SINGLE_SERVER_FAULTS: readonly string[] = ['restart-db', 'failover']
 
@@ -40,17 +46,27 @@ export const FAULT_KINDS = [
 ] as const
 
 /** Every fault kind a run may name. */
-export const ALL_FAULT_KINDS = [...FAULT_KINDS, ...WORKER_FAULTS] as const
+export const ALL_FAULT_KINDS = [...FAULT_KINDS, ...WORKER_FAULTS, ...POOLER_FAULTS] as const
 
 export type FaultKind = (typeof ALL_FAULT_KINDS)[number]
 
 /** Where the demo's data lives: one Postgres (with a standby for failovers), or a Citus cluster. */
 export type Database = 'postgres' | 'citus'
 
-/** The fault kinds that can happen on `database`: every kind by default. */
-export function faultKindsOf(database: Database): FaultKind[] {
-  if (database === 'postgres') return [...FAULT_KINDS]
-  return [...FAULT_KINDS.filter((kind) => !SINGLE_SERVER_FAULTS.includes(kind)), ...WORKER_FAULTS]
+/** How the demo reaches its database: directly, or through PgBouncer in transaction mode. */
+export type Pooler = 'none' | 'pgbouncer'
+
+/** The fault kinds that can happen on `database` reached through `pooler`: every kind by default. */
+export function faultKindsOf(database: Database, pooler: Pooler = 'none'): FaultKind[] {
+  const kinds: FaultKind[] =
+    database === 'postgres'
+      ? [...FAULT_KINDS]
+      : [...FAULT_KINDS.filter((kind) => !SINGLE_SERVER_FAULTS.includes(kind)), ...WORKER_FAULTS]
+  if (pooler === 'none') return kinds
+  // Next to the other brief database fault, ahead of the long ones (a failover, a pool-saturating burst): the
+  // nemesis injects each kind once in this order first, and a quick run's fault phase must reach it.
+  const at = kinds.indexOf('kill-db-connections') + 1
+  return [...kinds.slice(0, at), ...POOLER_FAULTS, ...kinds.slice(at)]
 }
 
 export function isFaultKind(value: string): value is FaultKind {

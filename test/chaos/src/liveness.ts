@@ -138,8 +138,11 @@ function watchedRequests(
   return all
 }
 
-/** The faults that take (part of) the database away: a restart, a failover, a Citus worker's restart. */
-const OUTAGES: readonly string[] = ['restart-db', 'failover', 'restart-worker']
+/**
+ * The faults that take (part of) the database away: a restart, a failover, a Citus worker's restart, the pooler's
+ * restart.
+ */
+const OUTAGES: readonly string[] = ['restart-db', 'failover', 'restart-worker', 'restart-pooler']
 
 /** Outages of the database, from their start to their stop (the end of the history if none). */
 function outageWindows(history: readonly HistoryEvent[]): Array<{ from: number; until: number }> {

@@ -2,7 +2,7 @@
  * The nemesis: process-level faults on a seeded schedule, during the fault phase. Network faults run continuously
  * in the proxies (rates drawn from the seed) and crash points fire inside the processes; this loop adds what
  * needs the driver: pausing a server past its lease (the fencing case), killing database connections, restarting
- * Postgres, failing it over to its standby, restarting a Citus worker or killing its connections, and saturating an instance's connection pool with failing and slow
+ * Postgres, failing it over to its standby, restarting a Citus worker or killing its connections, restarting PgBouncer, and saturating an instance's connection pool with failing and slow
  * attempts (the liveness case).
  */
 import type { FaultKind } from './faults.js'
@@ -22,6 +22,8 @@ export interface NemesisActions {
   restartWorker(): Promise<boolean | undefined>
   /** Terminate every connection to the run's database on one Citus worker (only on a Citus cluster). */
   killWorkerConnections(): Promise<boolean | undefined>
+  /** Restart PgBouncer on its port, cleanly or as a crash (only through the pooler). */
+  restartPooler(): Promise<boolean | undefined>
   /**
    * Send one instance a burst of failing and slow payments, several times its pool size, with rounds of
    * `pg_terminate_backend` meanwhile; resolves once every request of the burst ended (false: no instance running).
@@ -51,6 +53,7 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
       f === 'failover' ||
       f === 'restart-worker' ||
       f === 'kill-worker-connections' ||
+      f === 'restart-pooler' ||
       f === 'saturate-pool',
   )
   const mean = options.meanIntervalMs ?? 4000
@@ -79,6 +82,7 @@ export function startNemesis(options: NemesisOptions): { stop(): Promise<void> }
         else if (kind === 'saturate-pool') happened = await options.actions.saturatePool()
         else if (kind === 'restart-worker') happened = await options.actions.restartWorker()
         else if (kind === 'kill-worker-connections') happened = await options.actions.killWorkerConnections()
+        else if (kind === 'restart-pooler') happened = await options.actions.restartPooler()
         else happened = await options.actions.killDbConnections()
       } catch (error) {
         options.onError?.(error)

@@ -1,7 +1,14 @@
 /** The driver's options: parsed from the command line, validated, and turned back into a reproduce command. */
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { ALL_FAULT_KINDS, type Database, type FaultKind, faultKindsOf, isFaultKind } from './faults.js'
+import {
+  ALL_FAULT_KINDS,
+  type Database,
+  type FaultKind,
+  faultKindsOf,
+  isFaultKind,
+  type Pooler,
+} from './faults.js'
 import { MAX_SEED, randomSeed } from './random.js'
 
 export type Tier = 'quick' | 'long'
@@ -45,7 +52,7 @@ export interface ChaosOptions {
    * What the demo reaches Postgres through: `pgbouncer`, a real PgBouncer in transaction mode (the demo then runs with
    * `DATABASE_POOLER=transaction`), or `none`. @default 'none'
    */
-  pooler: 'none' | 'pgbouncer'
+  pooler: Pooler
   /**
    * Where the demo's data lives: one Postgres, or a Citus cluster (a coordinator and two workers started for the
    * run, the demo's tables distributed by tenant), whose faults are its workers' (`restart-worker`,
@@ -127,11 +134,13 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
   if (tier !== 'quick' && tier !== 'long') throw new TypeError('Expected `--tier` to be quick or long.')
   const seed = values.seed === undefined ? randomSeed() : integer('--seed', values.seed, 0, MAX_SEED)
   const database = oneOf('--database', values.database, ['postgres', 'citus'])
-  const faults = values.faults === undefined ? faultKindsOf(database) : parseFaults(values.faults)
-  const impossible = faults.filter((kind) => !faultKindsOf(database).includes(kind))
+  const pooler = oneOf('--pooler', values.pooler, ['none', 'pgbouncer'])
+  const possible = faultKindsOf(database, pooler)
+  const faults = values.faults === undefined ? possible : parseFaults(values.faults)
+  const impossible = faults.filter((kind) => !possible.includes(kind))
   if (impossible.length > 0) {
     throw new TypeError(
-      `\`--faults\` names ${impossible.join(', ')}, which cannot happen with \`--database ${database}\`; it can have ${faultKindsOf(database).join(', ')}.`,
+      `\`--faults\` names ${impossible.join(', ')}, which cannot happen with \`--database ${database}\` and \`--pooler ${pooler}\`; it can have ${possible.join(', ')}.`,
     )
   }
   const stamp = now.toISOString().replace(/[:.]/g, '-')
@@ -150,7 +159,7 @@ export function parseOptions(argv: string[], root: string, now = new Date()): Ch
     retentionMs: values.retention === undefined ? DEFAULT_RETENTION_MS : parseRetention(values.retention),
     reservation: parseReservation(values.reservation),
     replication: oneOf('--replication', values.replication, ['sync', 'async']),
-    pooler: oneOf('--pooler', values.pooler, ['none', 'pgbouncer']),
+    pooler,
     database,
     replayCache: onOff('--replay-cache', values['replay-cache']),
     servers: values.servers === undefined ? 2 : integer('--servers', values.servers, 2, 8),
@@ -173,7 +182,7 @@ export function reproduceCommand(options: ChaosOptions): string {
     `--servers ${options.servers}`,
     `--workers ${options.workers}`,
   ]
-  if (options.faults.length !== faultKindsOf(options.database).length)
+  if (options.faults.length !== faultKindsOf(options.database, options.pooler).length)
     args.push(`--faults ${options.faults.join(',') || 'none'}`)
   if (!options.idempotency) args.push('--idempotency off')
   if (!options.fencing) args.push('--fencing off')

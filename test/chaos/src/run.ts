@@ -541,6 +541,20 @@ export async function run(
           }
           return true
         },
+        async restartPooler() {
+          if (!bouncer) return false
+          const how = nemesisRandom.int(0, 1) === 0 ? 'clean' : 'crash'
+          record('nemesis', {
+            type: 'fault',
+            fault: 'restart-pooler',
+            target: 'pgbouncer',
+            phase: 'start',
+            detail: { how },
+          })
+          await bouncer.restart(how)
+          fault('nemesis', 'restart-pooler', 'pgbouncer', 'stop')
+          return true
+        },
         async killDbConnections() {
           const terminated = await terminateBackends()
           record('nemesis', {

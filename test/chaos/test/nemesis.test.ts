@@ -30,6 +30,7 @@ describe('startNemesis', () => {
         saturatePool: async () => void done.push('saturate-pool'),
         restartWorker: async () => expect.fail('not enabled'),
         killWorkerConnections: async () => expect.fail('not enabled'),
+        restartPooler: async () => expect.fail('not enabled'),
       },
     })
     for (let i = 0; i < 100 && done.length < 8; i++) await new Promise((r) => setTimeout(r, 10))
@@ -66,6 +67,7 @@ describe('startNemesis', () => {
         saturatePool: async () => expect.fail('not enabled'),
         restartWorker: async () => expect.fail('not enabled'),
         killWorkerConnections: async () => expect.fail('not enabled'),
+        restartPooler: async () => expect.fail('not enabled'),
         killDbConnections: async () => void done.push('kill-db-connections'),
       },
     })
@@ -75,6 +77,29 @@ describe('startNemesis', () => {
     // The first pass ends with the pause, after two refusals, before any seeded pick can repeat a kind.
     expect(done.indexOf('pause-server')).toBe(1)
     expect(done[0]).toBe('kill-db-connections')
+  })
+
+  it('restarts the pooler when it is enabled', async () => {
+    const done: string[] = []
+    const nemesis = startNemesis({
+      random: createRandom(4),
+      faults: ['restart-pooler'],
+      pauseMs: 5,
+      meanIntervalMs: 10,
+      actions: {
+        pauseServer: async () => expect.fail('not enabled'),
+        restartDb: async () => expect.fail('not enabled'),
+        killDbConnections: async () => expect.fail('not enabled'),
+        failover: async () => expect.fail('not enabled'),
+        saturatePool: async () => expect.fail('not enabled'),
+        restartWorker: async () => expect.fail('not enabled'),
+        killWorkerConnections: async () => expect.fail('not enabled'),
+        restartPooler: async () => void done.push('restart-pooler'),
+      },
+    })
+    for (let i = 0; i < 100 && done.length < 2; i++) await new Promise((r) => setTimeout(r, 10))
+    await nemesis.stop()
+    expect(done.slice(0, 2)).toEqual(['restart-pooler', 'restart-pooler'])
   })
 
   it("injects a Citus cluster's worker faults when they are enabled", async () => {
@@ -92,6 +117,7 @@ describe('startNemesis', () => {
         saturatePool: async () => expect.fail('not enabled'),
         restartWorker: async () => void done.push('restart-worker'),
         killWorkerConnections: async () => void done.push('kill-worker-connections'),
+        restartPooler: async () => expect.fail('not enabled'),
       },
     })
     for (let i = 0; i < 100 && done.length < 2; i++) await new Promise((r) => setTimeout(r, 10))
@@ -112,6 +138,7 @@ describe('startNemesis', () => {
         saturatePool: async () => expect.fail('no burst expected'),
         restartWorker: async () => expect.fail('no worker restart expected'),
         killWorkerConnections: async () => expect.fail('no worker kill expected'),
+        restartPooler: async () => expect.fail('not enabled'),
       },
     })
     await nemesis.stop()

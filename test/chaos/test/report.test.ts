@@ -75,6 +75,13 @@ describe('parseOptions', () => {
     expect(citus.faults).not.toContain('failover')
     expect(reproduceCommand(citus)).toContain('--database citus')
     expect(reproduceCommand(citus)).not.toContain('--faults')
+    // Through PgBouncer, the pooler's restart too, early in the first pass (before the long faults).
+    const pooled = parseOptions(['--pooler', 'pgbouncer', '--seed', '1'], ROOT)
+    expect(pooled.faults).toEqual(faultKindsOf('postgres', 'pgbouncer'))
+    expect(pooled.faults.indexOf('restart-pooler')).toBe(pooled.faults.indexOf('kill-db-connections') + 1)
+    expect(pooled.faults.indexOf('restart-pooler')).toBeLessThan(pooled.faults.indexOf('failover'))
+    expect(parseOptions(['--seed', '1'], ROOT).faults).not.toContain('restart-pooler')
+    expect(reproduceCommand(pooled)).not.toContain('--faults')
   })
 
   it('rejects bad values, naming the option', () => {
@@ -89,6 +96,9 @@ describe('parseOptions', () => {
     )
     expect(() => parseOptions(['--faults', 'restart-worker'], ROOT)).toThrow(
       /names restart-worker, which cannot happen with `--database postgres`/,
+    )
+    expect(() => parseOptions(['--faults', 'restart-pooler'], ROOT)).toThrow(
+      /names restart-pooler, which cannot happen with `--database postgres` and `--pooler none`/,
     )
     expect(() => parseOptions(['--idempotency', 'no'], ROOT)).toThrow(/`--idempotency`/)
     expect(() => parseOptions(['--servers', '1'], ROOT)).toThrow(/`--servers`/)

@@ -13,6 +13,12 @@ export interface PgBouncer {
   port: number
   /** A connection string for `database` through the pooler. */
   url(database: string): string
+  /**
+   * Stops it and starts it again on the same port with the same settings: `'clean'` lets it finish the transactions
+   * in progress first (SIGINT, its safe shutdown), `'crash'` kills it (SIGKILL), dropping every client and server
+   * connection at once. Resolves once it accepts connections again.
+   */
+  restart(how: 'clean' | 'crash'): Promise<void>
   /** Stops it (SIGTERM) and removes its files. */
   stop(): Promise<void>
 }
@@ -94,9 +100,34 @@ ${Object.entries(options.settings ?? {})
       throw error
     }
   }
-  const { port, child } = started
+  const { port } = started
+  let { child } = started
+  const stopChild = async (signal: NodeJS.Signals) => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    const running = child
+    const done = new Promise<void>((resolve) => running.once('exit', () => resolve()))
+    running.kill(signal)
+    // A safe shutdown waits for every server connection to be released, which a stalled transaction can hold off
+    // indefinitely: then it is shut down immediately.
+    const impatient = setTimeout(() => running.kill('SIGTERM'), SAFE_SHUTDOWN_MS)
+    await done.finally(() => clearTimeout(impatient))
+  }
   return {
     port,
+    async restart(how) {
+      await stopChild(how === 'clean' ? 'SIGINT' : 'SIGKILL')
+      // The port is ours until the new process binds it, but another process may take it meanwhile: try again
+      // for a while, since the clients are configured with this port and cannot follow another one.
+      for (let tries = 1; ; tries++) {
+        try {
+          child = (await spawnPgBouncer(binary, dir, config(port))).child
+          return
+        } catch (error) {
+          if (!(error instanceof PortInUseError) || tries >= RESTART_TRIES) throw error
+          await new Promise((resolve) => setTimeout(resolve, 100))
+        }
+      }
+    },
     url: (database) => {
       const url = new URL(withDatabase(target.toString(), database))
       url.hostname = '127.0.0.1'
@@ -104,11 +135,7 @@ ${Object.entries(options.settings ?? {})
       return url.toString()
     },
     async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        const done = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-        child.kill('SIGTERM')
-        await done
-      }
+      await stopChild('SIGTERM')
       rmSync(dir, { recursive: true, force: true })
     },
   }
@@ -116,6 +143,12 @@ ${Object.entries(options.settings ?? {})
 
 /** How many ports a start tries before it gives up. */
 const PORT_TRIES = 5
+
+/** How long a clean restart waits for the transactions in progress before it shuts PgBouncer down at once. */
+const SAFE_SHUTDOWN_MS = 10_000
+
+/** How many times a restart tries to bind its port again (100 ms apart) before it gives up. */
+const RESTART_TRIES = 50
 
 /** PgBouncer could not bind its port: something took it between the pick and the bind. */
 class PortInUseError extends Error {}

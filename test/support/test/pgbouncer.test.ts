@@ -34,4 +34,25 @@ describe.skipIf(!pgbouncerPath() && !process.env.CI)('startPgBouncer', () => {
       await bouncer.stop()
     }
   })
+  it.each(['clean', 'crash'] as const)(
+    'restarts on its port (%s): a client that lost its connection connects again at the same address',
+    async (how) => {
+      const bouncer = await startPgBouncer()
+      try {
+        const pool = new pg.Pool({ connectionString: bouncer.url('postgres'), max: 2 })
+        pool.on('error', () => {})
+        try {
+          expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }])
+          await bouncer.restart(how)
+          // The pooled connection died with the old process; a query on it fails, the next one reconnects.
+          await pool.query('SELECT 1').catch(() => {})
+          expect((await pool.query('SELECT 2 AS two')).rows).toEqual([{ two: 2 }])
+        } finally {
+          await pool.end()
+        }
+      } finally {
+        await bouncer.stop()
+      }
+    },
+  )
 })
