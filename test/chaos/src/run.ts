@@ -26,6 +26,7 @@ import { HistoryWriter, type NewEvent, type ReportedEvent } from './history.js'
 import { IntentTracker } from './in-flight.js'
 import { startNemesis } from './nemesis.js'
 import type { ChaosOptions } from './options.js'
+import { injectedFaults, overtime, PROBE_KINDS } from './overtime.js'
 import { ManagedProcess } from './processes.js'
 import { FaultProxy, type ProxyFault } from './proxy.js'
 import { createRandom } from './random.js'
@@ -632,6 +633,12 @@ export async function run(
     })
     const remaining = options.durationMs - (Date.now() - faultPhase)
     if (remaining > 0) await new Promise((r) => setTimeout(r, remaining))
+    await overtime({
+      faults: options.faults.filter((kind) => !PROBE_KINDS.has(kind)),
+      happened: () => injectedFaults(history.events),
+      maxMs: options.durationMs,
+      log,
+    })
     clearInterval(resumer)
 
     // Heal: no more network faults, crash points or pauses; servers restarted gracefully without crash points.
@@ -705,11 +712,7 @@ export async function run(
     shuttingDown = true
 
     const finalDb = await readFinalDb(db.pool, { providerDb: provider.pool })
-    const faults: Record<string, number> = {}
-    for (const event of history.events) {
-      if (event.type === 'fault' && event.phase !== 'stop')
-        faults[event.fault] = (faults[event.fault] ?? 0) + 1
-    }
+    const faults = injectedFaults(history.events)
     const result = check(history.events, finalDb)
     const report = buildReport({
       options,
