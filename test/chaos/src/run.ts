@@ -45,6 +45,9 @@ const LEASE_MS = 2000
 /** How long stall-server holds a live handler: past its lease, so another instance takes the key over. */
 const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
+/** How long an API instance may take to be ready (listening, and its database answering). */
+const SERVER_READY_MS = 90_000
+
 /** How often workers re-drive their pending intents during the fault phase. */
 const RESUME_EVERY_MS = 5000
 /**
@@ -232,6 +235,9 @@ export async function run(
         cwd: join(ROOT, 'apps/payments-api'),
         logDir,
         ready: { port: LISTENING, healthPath: '/healthz' },
+        // An instance is ready once its database answers: on a loaded machine, after a restart of Postgres or a
+        // failover, that takes longer than the default 30 s, and the run must wait rather than give up.
+        readyTimeoutMs: SERVER_READY_MS,
         env: () => ({
           PORT: '0',
           HOST: '127.0.0.1',
