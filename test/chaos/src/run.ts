@@ -45,7 +45,7 @@ const LEASE_MS = 2000
 /** How long stall-server holds a live handler: past its lease, so another instance takes the key over. */
 const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
-/** How long an API instance may take to be ready (listening, and its database answering). */
+/** How long an API instance (listening, and its database answering) or a client worker may take to be ready. */
 const SERVER_READY_MS = 90_000
 
 /** How often workers re-drive their pending intents during the fault phase. */
@@ -365,6 +365,8 @@ export async function run(
         cwd: join(ROOT, 'test/chaos'),
         logDir,
         ready: { line: /^\{"type":"ready"\}$/ },
+        // A worker is ready once tsx compiled it and its store opened: over 30 s at load 50 on 2 cores.
+        readyTimeoutMs: SERVER_READY_MS,
         env: () => ({
           ONCELY_CHAOS_WORKER_NAME: name,
           ONCELY_CHAOS_BASE_URL: `http://127.0.0.1:${proxies[w % proxies.length]!.port}`,
