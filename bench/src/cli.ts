@@ -9,6 +9,7 @@ import { postgresVisible } from './proc.js'
 import { type BenchReport, markdown, summary } from './report.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
 import { startServer } from './server/process.js'
+import { baselineOf, REGISTRY } from './server/registry.js'
 import { clientBench } from './suites/client.js'
 import { compare, type Scenario } from './suites/compare.js'
 import { storm } from './suites/storm.js'
@@ -51,13 +52,17 @@ const report: BenchReport = {
   resume: [],
   scale: [],
   cpu: [],
+  accounting: [],
+  adapters: [],
   otel: [],
   instances: undefined,
   targets: [],
 }
 await db.pool.query(LEDGER_SCHEMA)
 // The bench server and its variants, for the suites that measure them (the others start what they measure).
-const needsServer = (['server', 'storm', 'scale', 'cpu'] as const).some((suite) => options.suites.has(suite))
+const needsServer = (['server', 'storm', 'scale', 'cpu', 'adapters'] as const).some((suite) =>
+  options.suites.has(suite),
+)
 const server = needsServer
   ? await startServer({
       databaseUrl: db.url,
@@ -72,12 +77,20 @@ for (const [name, error] of Object.entries(server.failed)) log(`variant ${name} 
 try {
   if (needsServer && !server.urls.baseline)
     throw new Error(`the baseline did not start: ${server.failed.baseline}`)
-  const running = Object.keys(server.urls).filter((name) => name !== 'baseline')
+  // The variants measured against a baseline (the baselines themselves are not scenarios), by suite.
+  const running = Object.keys(server.urls).filter((name) => baselineOf(name) !== name)
+  const ofSuite = (suite: 'server' | 'adapters') => running.filter((name) => REGISTRY[name]?.suite === suite)
+  const scenariosOf = (variants: readonly string[]): Scenario[] =>
+    variants.flatMap((variant) =>
+      (['first', 'replay'] as const).map((path) => ({
+        id: `${variant}-${path}`,
+        variant,
+        path,
+        baseline: baselineOf(variant),
+      })),
+    )
   if (options.suites.has('server')) {
-    const scenarios: Scenario[] = running.flatMap((variant) => [
-      { id: `${variant}-first`, variant, path: 'first' as const },
-      { id: `${variant}-replay`, variant, path: 'replay' as const },
-    ])
+    const scenarios = scenariosOf(ofSuite('server'))
     report.server = await compare({
       urls: server.urls,
       pool: db.pool,
@@ -93,7 +106,7 @@ try {
   }
   if (options.suites.has('storm')) {
     log(`\nduplicate storm: ${mode.stormKeys} keys x ${POOL_SIZE * 3} copies (server pool ${POOL_SIZE})`)
-    for (const variant of ['baseline', ...running]) {
+    for (const variant of ['baseline', ...ofSuite('server')]) {
       const result = await storm({
         variant,
         url: server.urls[variant]!,
@@ -138,10 +151,16 @@ try {
     const scaleScenarios: Scenario[] = ['oncely-lock', 'oncely-row']
       .filter((variant) => server.urls[variant])
       .flatMap((variant) => [
-        { id: `${variant}-first`, variant, path: 'first' as const },
-        { id: `${variant}-replay`, variant, path: 'replay' as const },
+        ...scenariosOf([variant]),
         ...(server.urls[`${variant}-nocache`]
-          ? [{ id: `${variant}-nocache-replay`, variant: `${variant}-nocache`, path: 'replay' as const }]
+          ? [
+              {
+                id: `${variant}-nocache-replay`,
+                variant: `${variant}-nocache`,
+                path: 'replay' as const,
+                baseline: 'baseline',
+              },
+            ]
           : []),
       ])
     if (scaleScenarios.length > 0) {
@@ -169,15 +188,45 @@ try {
       }
     }
   }
+  if (options.suites.has('adapters')) {
+    const scenarios = scenariosOf(ofSuite('adapters'))
+    if (scenarios.length > 0) {
+      log('\nadapters and datasources, each against its own baseline')
+      report.adapters = await compare({
+        urls: server.urls,
+        pool: db.pool,
+        scenarios,
+        shapes: [{ name: 'c10', connections: 10, amount: mode.c10 }],
+        rounds: mode.rounds,
+        warmupRequests: mode.warmup,
+        log,
+      })
+    }
+  }
+  if (options.suites.has('accounting')) {
+    const { accounting } = await import('./suites/accounting.js')
+    log('\naccounting: round trips, statements, bytes and WAL per request, through a counting proxy')
+    report.accounting = await accounting({
+      databaseUrl: db.url,
+      redisUrl: options.redisUrl,
+      poolSize: POOL_SIZE,
+      variants: options.variants,
+      pool: db.pool,
+      requests: options.quick ? 100 : 500,
+      rounds: mode.rounds,
+      log,
+    })
+  }
   if (options.suites.has('cpu')) {
     const { cpuSplit } = await import('./suites/cpu.js')
     if (!postgresVisible()) log('\ncpu: skipped (needs Linux /proc and a Postgres on this machine)')
     else {
-      log('\nCPU per first-execution request, 10 connections')
+      log('\nCPU per request, first execution and replay, 10 connections')
       report.cpu = await cpuSplit({
         urls: server.urls,
         serverPid: server.pid,
-        variants: ['baseline', ...running],
+        pool: db.pool,
+        variants: Object.keys(server.urls),
         requests: mode.c10,
         rounds: mode.rounds,
         log,
