@@ -20,6 +20,8 @@ export interface BenchOptions {
   intents: number
   /** Payments API instance counts for the instances suite. @default [1, 2, 4] */
   instances: readonly number[]
+  /** Load shapes of the server suite. @default ['c1', 'c10'] */
+  shapes: readonly ('c1' | 'c10')[]
 }
 
 export const SUITES = [
@@ -54,6 +56,7 @@ export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites s
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)
   --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
+  --shapes <list>   load shapes of the server suite: c1, c10 (default both; the adapters suite runs c10)
   --instances <list> payments API instance counts for the instances suite (default 1,2,4)
                     known: ${VARIANTS.join(', ')}
   REDIS_URL         Redis for the Redis-backed peers (default redis://127.0.0.1:6379)
@@ -91,6 +94,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       rows: { type: 'string' },
       intents: { type: 'string' },
       instances: { type: 'string' },
+      shapes: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   })
@@ -113,7 +117,9 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     if (n < 1) throw new TypeError(`--instances expects counts of at least 1; got ${item}`)
     return n
   })
+  const shapes = (list(values.shapes, ['c1', 'c10'], '--shapes') ?? ['c1', 'c10']) as ('c1' | 'c10')[]
   return {
+    shapes,
     quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),
     suites: new Set((list(values.suites, SUITES, '--suites') ?? SUITES) as Suite[]),

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { keySequence, load } from '../load.js'
-import { cpuSeconds, postgresSeconds, writeCalls } from '../proc.js'
+import { cpuDelta, cpuSeconds, postgresProcesses, writeCalls } from '../proc.js'
 import { median } from '../stats.js'
 
 export interface CpuSplit {
@@ -32,10 +32,6 @@ async function backends(pool: pg.Pool): Promise<Map<number, number>> {
   )
   return new Map(rows.map((r) => [r.pid, cpuSeconds(r.pid)]))
 }
-
-/** CPU the backends used between two readings; one that started in between counts from 0. */
-const backendDelta = (before: Map<number, number>, after: Map<number, number>) =>
-  [...after].reduce((sum, [pid, seconds]) => sum + seconds - (before.get(pid) ?? 0), 0)
 
 export async function cpuSplit(options: {
   urls: Record<string, string>
@@ -64,11 +60,11 @@ export async function cpuSplit(options: {
         const server0 = cpuSeconds(options.serverPid)
         const writes0 = writeCalls(options.serverPid)
         const backends0 = await backends(options.pool)
-        const postgres0 = postgresSeconds()
+        const postgres0 = postgresProcesses()
         const load0 = process.cpuUsage()
         const result = await load({ url, connections: 10, amount: options.requests, nextKey })
         const load1 = process.cpuUsage(load0)
-        const postgres1 = postgresSeconds()
+        const postgres1 = postgresProcesses()
         const backends1 = await backends(options.pool)
         const n = options.requests
         const id = `${variant} ${path}`
@@ -81,8 +77,8 @@ export async function cpuSplit(options: {
           rps: [],
         }
         entry.server.push(((cpuSeconds(options.serverPid) - server0) * 1e6) / n)
-        entry.backend.push((backendDelta(backends0, backends1) * 1e6) / n)
-        entry.postgres.push(((postgres1 - postgres0) * 1e6) / n)
+        entry.backend.push((cpuDelta(backends0, backends1) * 1e6) / n)
+        entry.postgres.push((cpuDelta(postgres0, postgres1) * 1e6) / n)
         entry.load.push((load1.user + load1.system) / n)
         entry.writes.push((writeCalls(options.serverPid) - writes0) / n)
         entry.rps.push(result.rps)
