@@ -6,7 +6,7 @@ import { createTestDatabase } from '@oncely/test-support'
 import { describeMachine } from './machine.js'
 import { parseOptions, USAGE } from './options.js'
 import { postgresVisible } from './proc.js'
-import { type BenchReport, markdown, summary } from './report.js'
+import { emptyReport, markdown, summary } from './report.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
 import { startServer } from './server/process.js'
 import { baselineOf, REGISTRY } from './server/registry.js'
@@ -32,32 +32,27 @@ ${USAGE}`)
   process.exit(2)
 }
 
-const mode = options.quick
+const defaults = options.quick
   ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300 }
   : { rounds: 5, c1: 2000, c10: 10_000, warmup: 1000, stormKeys: 50, clientRequests: 2000 }
+const mode = options.requests
+  ? {
+      ...defaults,
+      c10: options.requests,
+      c1: Math.max(10, Math.round(options.requests / 5)),
+      warmup: Math.min(defaults.warmup, options.requests),
+    }
+  : defaults
 const log = (line: string) => console.error(line)
 
 const db = await createTestDatabase('bench', { max: 4 })
 const startedAt = new Date().toISOString()
-const report: BenchReport = {
+const report = emptyReport({
   mode: options.quick ? 'quick' : 'full',
   startedAt,
   machine: await describeMachine(db.pool),
   rounds: mode.rounds,
-  failedVariants: {},
-  server: [],
-  storm: [],
-  client: [],
-  reaper: undefined,
-  resume: [],
-  scale: [],
-  cpu: [],
-  accounting: [],
-  adapters: [],
-  otel: [],
-  instances: undefined,
-  targets: [],
-}
+})
 await db.pool.query(LEDGER_SCHEMA)
 // The bench server and its variants, for the suites that measure them (the others start what they measure).
 const needsServer = (['server', 'storm', 'scale', 'cpu', 'adapters'] as const).some((suite) =>
@@ -212,7 +207,7 @@ try {
       poolSize: POOL_SIZE,
       variants: options.variants,
       pool: db.pool,
-      requests: options.quick ? 100 : 500,
+      requests: options.quick ? Math.min(100, mode.c10) : 500,
       rounds: mode.rounds,
       log,
     })
@@ -228,7 +223,7 @@ try {
         pool: db.pool,
         variants: Object.keys(server.urls),
         // CPU per request settles with fewer requests than a rate does; every variant and path is measured.
-        requests: options.quick ? 500 : mode.c10,
+        requests: options.quick ? Math.min(500, mode.c10) : mode.c10,
         rounds: mode.rounds,
         log,
       })

@@ -20,6 +20,11 @@ export interface BenchOptions {
   intents: number
   /** Payments API instance counts for the instances suite. @default [1, 2, 4] */
   instances: readonly number[]
+  /**
+   * Requests per timed run at 10 connections (a fifth of them at 1); warm-ups and CPU runs shrink with it.
+   * @default 1500 with --quick, 10000 otherwise
+   */
+  requests: number | undefined
   /** Load shapes of the server suite. @default ['c1', 'c10'] */
   shapes: readonly ('c1' | 'c10')[]
 }
@@ -56,6 +61,8 @@ export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites s
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)
   --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
+  --requests <n>    requests per timed run at 10 connections (default 1500 with --quick, 10000 otherwise; a
+                    fifth at 1 connection): shorter runs for a machine too busy for the default
   --shapes <list>   load shapes of the server suite: c1, c10 (default both; the adapters suite runs c10)
   --instances <list> payments API instance counts for the instances suite (default 1,2,4)
                     known: ${VARIANTS.join(', ')}
@@ -95,6 +102,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       intents: { type: 'string' },
       instances: { type: 'string' },
       shapes: { type: 'string' },
+      requests: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   })
@@ -118,7 +126,11 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     return n
   })
   const shapes = (list(values.shapes, ['c1', 'c10'], '--shapes') ?? ['c1', 'c10']) as ('c1' | 'c10')[]
+  const requests = values.requests === undefined ? undefined : count(values.requests, '--requests')
+  if (requests !== undefined && requests < 10)
+    throw new TypeError(`--requests expects at least 10; got ${requests}`)
   return {
+    requests,
     shapes,
     quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),

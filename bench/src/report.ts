@@ -121,6 +121,28 @@ function instancesMarkdown(result: InstancesResult): string {
 
 type KeyBytes = InstancesResult['keyTable']['asWritten']
 
+/** A run's report before any suite has added to it. */
+export function emptyReport(
+  run: Pick<BenchReport, 'mode' | 'startedAt' | 'machine' | 'rounds'>,
+): BenchReport {
+  return {
+    ...run,
+    failedVariants: {},
+    server: [],
+    storm: [],
+    client: [],
+    reaper: undefined,
+    resume: [],
+    scale: [],
+    cpu: [],
+    accounting: [],
+    adapters: [],
+    otel: [],
+    instances: undefined,
+    targets: [],
+  }
+}
+
 export function markdown(report: BenchReport): string {
   const m = report.machine
   const parts = [

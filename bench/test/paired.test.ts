@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest'
 import type { LoadResult } from '../src/load.js'
 import { pairedRatios, roundRatios, spreadOf } from '../src/paired.js'
-import type { BenchReport } from '../src/report.js'
+import { type BenchReport, emptyReport } from '../src/report.js'
 import type { ScenarioSummary } from '../src/suites/compare.js'
 import { evaluateTargets } from '../src/targets.js'
 
@@ -37,25 +37,13 @@ function scenario(variant: string, path: 'first' | 'replay', rounds: [number, nu
 }
 
 function report(server: ScenarioSummary[]): BenchReport {
-  return {
+  const run = {
     mode: 'quick',
     startedAt: '2026-12-02T00:00:00Z',
     machine: {} as BenchReport['machine'],
     rounds: 3,
-    failedVariants: {},
-    server,
-    storm: [],
-    client: [],
-    reaper: undefined,
-    resume: [],
-    scale: [],
-    cpu: [],
-    accounting: [],
-    adapters: [],
-    otel: [],
-    instances: undefined,
-    targets: [],
   }
+  return { ...emptyReport(run as Parameters<typeof emptyReport>[0]), server }
 }
 
 describe('spreadOf', () => {
