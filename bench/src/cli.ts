@@ -6,9 +6,10 @@ import { createTestDatabase } from '@oncely/test-support'
 import { describeMachine } from './machine.js'
 import { parseOptions, USAGE } from './options.js'
 import { postgresVisible } from './proc.js'
-import { type BenchReport, markdown, summary } from './report.js'
+import { emptyReport, markdown, summary } from './report.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
 import { startServer } from './server/process.js'
+import { baselineOf, REGISTRY } from './server/registry.js'
 import { clientBench } from './suites/client.js'
 import { compare, type Scenario } from './suites/compare.js'
 import { storm } from './suites/storm.js'
@@ -31,33 +32,32 @@ ${USAGE}`)
   process.exit(2)
 }
 
-const mode = options.quick
+const defaults = options.quick
   ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300 }
   : { rounds: 5, c1: 2000, c10: 10_000, warmup: 1000, stormKeys: 50, clientRequests: 2000 }
+const mode = options.requests
+  ? {
+      ...defaults,
+      c10: options.requests,
+      c1: Math.max(10, Math.round(options.requests / 5)),
+      warmup: Math.min(defaults.warmup, options.requests),
+    }
+  : defaults
 const log = (line: string) => console.error(line)
 
 const db = await createTestDatabase('bench', { max: 4 })
 const startedAt = new Date().toISOString()
-const report: BenchReport = {
+const report = emptyReport({
   mode: options.quick ? 'quick' : 'full',
   startedAt,
   machine: await describeMachine(db.pool),
   rounds: mode.rounds,
-  failedVariants: {},
-  server: [],
-  storm: [],
-  client: [],
-  reaper: undefined,
-  resume: [],
-  scale: [],
-  cpu: [],
-  otel: [],
-  instances: undefined,
-  targets: [],
-}
+})
 await db.pool.query(LEDGER_SCHEMA)
 // The bench server and its variants, for the suites that measure them (the others start what they measure).
-const needsServer = (['server', 'storm', 'scale', 'cpu'] as const).some((suite) => options.suites.has(suite))
+const needsServer = (['server', 'storm', 'scale', 'cpu', 'adapters'] as const).some((suite) =>
+  options.suites.has(suite),
+)
 const server = needsServer
   ? await startServer({
       databaseUrl: db.url,
@@ -72,12 +72,20 @@ for (const [name, error] of Object.entries(server.failed)) log(`variant ${name} 
 try {
   if (needsServer && !server.urls.baseline)
     throw new Error(`the baseline did not start: ${server.failed.baseline}`)
-  const running = Object.keys(server.urls).filter((name) => name !== 'baseline')
+  // The variants measured against a baseline (the baselines themselves are not scenarios), by suite.
+  const running = Object.keys(server.urls).filter((name) => baselineOf(name) !== name)
+  const ofSuite = (suite: 'server' | 'adapters') => running.filter((name) => REGISTRY[name]?.suite === suite)
+  const scenariosOf = (variants: readonly string[]): Scenario[] =>
+    variants.flatMap((variant) =>
+      (['first', 'replay'] as const).map((path) => ({
+        id: `${variant}-${path}`,
+        variant,
+        path,
+        baseline: baselineOf(variant),
+      })),
+    )
   if (options.suites.has('server')) {
-    const scenarios: Scenario[] = running.flatMap((variant) => [
-      { id: `${variant}-first`, variant, path: 'first' as const },
-      { id: `${variant}-replay`, variant, path: 'replay' as const },
-    ])
+    const scenarios = scenariosOf(ofSuite('server'))
     report.server = await compare({
       urls: server.urls,
       pool: db.pool,
@@ -85,7 +93,7 @@ try {
       shapes: [
         { name: 'c1', connections: 1, amount: mode.c1 },
         { name: 'c10', connections: 10, amount: mode.c10 },
-      ],
+      ].filter((shape) => options.shapes.includes(shape.name as 'c1' | 'c10')),
       rounds: mode.rounds,
       warmupRequests: mode.warmup,
       log,
@@ -93,7 +101,7 @@ try {
   }
   if (options.suites.has('storm')) {
     log(`\nduplicate storm: ${mode.stormKeys} keys x ${POOL_SIZE * 3} copies (server pool ${POOL_SIZE})`)
-    for (const variant of ['baseline', ...running]) {
+    for (const variant of ['baseline', ...ofSuite('server')]) {
       const result = await storm({
         variant,
         url: server.urls[variant]!,
@@ -138,10 +146,16 @@ try {
     const scaleScenarios: Scenario[] = ['oncely-lock', 'oncely-row']
       .filter((variant) => server.urls[variant])
       .flatMap((variant) => [
-        { id: `${variant}-first`, variant, path: 'first' as const },
-        { id: `${variant}-replay`, variant, path: 'replay' as const },
+        ...scenariosOf([variant]),
         ...(server.urls[`${variant}-nocache`]
-          ? [{ id: `${variant}-nocache-replay`, variant: `${variant}-nocache`, path: 'replay' as const }]
+          ? [
+              {
+                id: `${variant}-nocache-replay`,
+                variant: `${variant}-nocache`,
+                path: 'replay' as const,
+                baseline: 'baseline',
+              },
+            ]
           : []),
       ])
     if (scaleScenarios.length > 0) {
@@ -169,16 +183,47 @@ try {
       }
     }
   }
+  if (options.suites.has('adapters')) {
+    const scenarios = scenariosOf(ofSuite('adapters'))
+    if (scenarios.length > 0) {
+      log('\nadapters and datasources, each against its own baseline')
+      report.adapters = await compare({
+        urls: server.urls,
+        pool: db.pool,
+        scenarios,
+        shapes: [{ name: 'c10', connections: 10, amount: mode.c10 }],
+        rounds: mode.rounds,
+        warmupRequests: mode.warmup,
+        log,
+      })
+    }
+  }
+  if (options.suites.has('accounting')) {
+    const { accounting } = await import('./suites/accounting.js')
+    log('\naccounting: round trips, statements, bytes and WAL per request, through a counting proxy')
+    report.accounting = await accounting({
+      databaseUrl: db.url,
+      redisUrl: options.redisUrl,
+      poolSize: POOL_SIZE,
+      variants: options.variants,
+      pool: db.pool,
+      requests: options.quick ? Math.min(100, mode.c10) : 500,
+      rounds: mode.rounds,
+      log,
+    })
+  }
   if (options.suites.has('cpu')) {
     const { cpuSplit } = await import('./suites/cpu.js')
     if (!postgresVisible()) log('\ncpu: skipped (needs Linux /proc and a Postgres on this machine)')
     else {
-      log('\nCPU per first-execution request, 10 connections')
+      log('\nCPU per request, first execution and replay, 10 connections')
       report.cpu = await cpuSplit({
         urls: server.urls,
         serverPid: server.pid,
-        variants: ['baseline', ...running],
-        requests: mode.c10,
+        pool: db.pool,
+        variants: Object.keys(server.urls),
+        // CPU per request settles with fewer requests than a rate does; every variant and path is measured.
+        requests: options.quick ? Math.min(500, mode.c10) : mode.c10,
         rounds: mode.rounds,
         log,
       })

@@ -1,5 +1,6 @@
 import path from 'node:path'
 import { parseArgs } from 'node:util'
+import { baselineOf, VARIANT_NAMES } from './server/registry.js'
 
 export interface BenchOptions {
   quick: boolean
@@ -19,6 +20,13 @@ export interface BenchOptions {
   intents: number
   /** Payments API instance counts for the instances suite. @default [1, 2, 4] */
   instances: readonly number[]
+  /**
+   * Requests per timed run at 10 connections (a fifth of them at 1); warm-ups and CPU runs shrink with it.
+   * @default 1500 with --quick, 10000 otherwise
+   */
+  requests: number | undefined
+  /** Load shapes of the server suite. @default ['c1', 'c10'] */
+  shapes: readonly ('c1' | 'c10')[]
 }
 
 export const SUITES = [
@@ -28,24 +36,15 @@ export const SUITES = [
   'client-browser',
   'scale',
   'cpu',
+  'accounting',
+  'adapters',
   'otel',
   'instances',
 ] as const
 export type Suite = (typeof SUITES)[number]
-export const VARIANTS = [
-  'baseline',
-  'oncely-row',
-  'oncely-row-nocache',
-  'oncely-lock',
-  'oncely-lock-nocache',
-  'sql-floor',
-  'engine-floor',
-  'node-idempotency-pg',
-  'node-idempotency-redis',
-  'powertools-redis',
-]
+export const VARIANTS = VARIANT_NAMES
 
-export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale,cpu,otel,instances] [--variants a,b]
+export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites server,storm,client,client-browser,scale,cpu,accounting,adapters,otel,instances] [--variants a,b]
 
   --quick           short runs (3 rounds), no 1M/10M-row scale runs
   --json <file>     write the ratios and targets as JSON
@@ -54,11 +53,17 @@ export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites s
                     execution's CPU between the server, Postgres and the load generator, Linux only;
                     otel measures @oncely/server/otel against the bare engine in a process of its own;
                     instances runs 1, 2 and 4 payments API processes on one Postgres, sizes the key table
-                    and times the reaper, Linux only)
-  --variants <list> start only these server variants (baseline is always started)
+                    and times the reaper, Linux only; accounting counts each variant's round trips, statements
+                    and bytes to and from Postgres per request through a counting proxy, and its WAL; adapters
+                    measures the Express and Fetch adapters, a recovery point and each database library against
+                    their own baselines)
+  --variants <list> start only these server variants (with their baselines: baseline is always started)
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)
   --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
+  --requests <n>    requests per timed run at 10 connections (default 1500 with --quick, 10000 otherwise; a
+                    fifth at 1 connection): shorter runs for a machine too busy for the default
+  --shapes <list>   load shapes of the server suite: c1, c10 (default both; the adapters suite runs c10)
   --instances <list> payments API instance counts for the instances suite (default 1,2,4)
                     known: ${VARIANTS.join(', ')}
   REDIS_URL         Redis for the Redis-backed peers (default redis://127.0.0.1:6379)
@@ -96,6 +101,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       rows: { type: 'string' },
       intents: { type: 'string' },
       instances: { type: 'string' },
+      shapes: { type: 'string' },
+      requests: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   })
@@ -118,11 +125,18 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     if (n < 1) throw new TypeError(`--instances expects counts of at least 1; got ${item}`)
     return n
   })
+  const shapes = (list(values.shapes, ['c1', 'c10'], '--shapes') ?? ['c1', 'c10']) as ('c1' | 'c10')[]
+  const requests = values.requests === undefined ? undefined : count(values.requests, '--requests')
+  if (requests !== undefined && requests < 10)
+    throw new TypeError(`--requests expects at least 10; got ${requests}`)
   return {
+    requests,
+    shapes,
     quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),
     suites: new Set((list(values.suites, SUITES, '--suites') ?? SUITES) as Suite[]),
-    variants: variants.includes('baseline') ? variants : ['baseline', ...variants],
+    // Each variant with the baseline it is divided by (and the Fastify one, which the suites always measure).
+    variants: [...new Set(['baseline', ...variants.flatMap((name) => [baselineOf(name), name])])],
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     rows,
     intents,

@@ -23,20 +23,34 @@ export function writeCalls(pid: number): number {
   }
 }
 
-/** CPU seconds used so far by every process named `postgres` (backends, WAL writer, checkpointer, autovacuum). */
-export function postgresSeconds(): number {
-  let total = 0
+/** CPU seconds used so far by each process named `postgres` (backends, WAL writer, checkpointer, autovacuum). */
+export function postgresProcesses(): Map<number, number> {
+  const seconds = new Map<number, number>()
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     try {
       if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres')
-        total += cpuSeconds(Number(entry))
+        seconds.set(Number(entry), cpuSeconds(Number(entry)))
     } catch {
       // gone
     }
   }
+  return seconds
+}
+
+/** CPU seconds used so far by every process named `postgres`, summed. */
+export function postgresSeconds(): number {
+  let total = 0
+  for (const seconds of postgresProcesses().values()) total += seconds
   return total
 }
+
+/**
+ * CPU seconds processes used between two readings by pid: one that started in between counts from 0, one that ended
+ * in between is left out (a plain difference of sums would go negative when a busy backend exits).
+ */
+export const cpuDelta = (before: Map<number, number>, after: Map<number, number>) =>
+  [...after].reduce((sum, [pid, seconds]) => sum + Math.max(0, seconds - (before.get(pid) ?? 0)), 0)
 
 /** True when this machine can be measured this way (Linux /proc, Postgres processes visible). */
 export function postgresVisible(): boolean {

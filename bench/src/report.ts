@@ -1,6 +1,15 @@
 // Renders a run as Markdown tables (printed, and pasted into docs/benchmarks.md) and as the --json summary.
 import type { MachineInfo } from './machine.js'
+import { describeSpread, spreadOf } from './paired.js'
+import {
+  accountingEntries,
+  accountingMarkdown,
+  adaptersEntries,
+  adaptersMarkdown,
+  table,
+} from './report-accounting.js'
 import { round } from './stats.js'
+import type { AccountingRow } from './suites/accounting.js'
 import type { ClientSummary } from './suites/client.js'
 import type { ScenarioSummary } from './suites/compare.js'
 import type { CpuSplit } from './suites/cpu.js'
@@ -23,21 +32,18 @@ export interface BenchReport {
   resume: ResumeResult[]
   /** oncely measured again with the key table filled to 1M and 10M rows (shapes named `c1@1M` and so on). */
   scale: ScenarioSummary[]
-  /** CPU per first-execution request by process (suite `cpu`). */
+  /** CPU per request by process, first execution and replay (suite `cpu`). */
   cpu: CpuSplit[]
+  /** Round trips, statements, bytes and WAL per request (suite `accounting`). */
+  accounting: AccountingRow[]
+  /** The other HTTP adapters, a recovery point and the database libraries against their baselines (suite `adapters`). */
+  adapters: ScenarioSummary[]
   /** @oncely/server/otel against the bare engine (suite `otel`). */
   otel: OtelCost[]
   /** Payments API instances sharing one Postgres, the key table's size and the reaper (suite `instances`). */
   instances: InstancesResult | undefined
   targets: Target[]
 }
-
-const table = (head: string[], rows: (string | number)[][]) =>
-  [
-    `| ${head.join(' | ')} |`,
-    `| ${head.map(() => '---').join(' | ')} |`,
-    ...rows.map((r) => `| ${r.join(' | ')} |`),
-  ].join('\n')
 
 const ms = (value: number) => (Number.isFinite(value) ? value.toFixed(3) : 'n/a')
 const percent = (share: number) => `${(share * 100).toFixed(0)}%`
@@ -115,6 +121,28 @@ function instancesMarkdown(result: InstancesResult): string {
 
 type KeyBytes = InstancesResult['keyTable']['asWritten']
 
+/** A run's report before any suite has added to it. */
+export function emptyReport(
+  run: Pick<BenchReport, 'mode' | 'startedAt' | 'machine' | 'rounds'>,
+): BenchReport {
+  return {
+    ...run,
+    failedVariants: {},
+    server: [],
+    storm: [],
+    client: [],
+    reaper: undefined,
+    resume: [],
+    scale: [],
+    cpu: [],
+    accounting: [],
+    adapters: [],
+    otel: [],
+    instances: undefined,
+    targets: [],
+  }
+}
+
 export function markdown(report: BenchReport): string {
   const m = report.machine
   const parts = [
@@ -126,7 +154,7 @@ export function markdown(report: BenchReport): string {
       `\n**${shape}**\n\n${table(
         [
           'scenario',
-          'req/s ratio',
+          'req/s ratio (median, min–max)',
           'added p50 ms',
           'added p99 ms',
           'req/s',
@@ -140,7 +168,7 @@ export function markdown(report: BenchReport): string {
           .filter((s) => s.shape === shape)
           .map((s) => [
             s.scenario.id,
-            `${s.throughputRatio.toFixed(2)}x`,
+            describeSpread(spreadOf(s.ratios)!),
             ms(s.addedP50Ms),
             ms(s.addedP99Ms),
             s.rps.toFixed(0),
@@ -223,37 +251,9 @@ export function markdown(report: BenchReport): string {
       )}`,
     )
   }
-  if (report.cpu.length > 0) {
-    const base = report.cpu.find((c) => c.variant === 'baseline')
-    parts.push(
-      `\n**CPU per request** (first executions, 10 connections; microseconds of CPU, median over rounds)\n\n${table(
-        [
-          'variant',
-          'server process',
-          'Postgres',
-          'load generator',
-          'total',
-          'total vs baseline',
-          'server writes/request',
-          'req/s',
-        ],
-        report.cpu.map((c) => {
-          const total = c.serverUs + c.postgresUs + c.loadUs
-          const baseTotal = base ? base.serverUs + base.postgresUs + base.loadUs : Number.NaN
-          return [
-            c.variant,
-            c.serverUs.toFixed(0),
-            c.postgresUs.toFixed(0),
-            c.loadUs.toFixed(0),
-            total.toFixed(0),
-            base ? `${(total / baseTotal).toFixed(2)}x` : 'n/a',
-            c.writesPerRequest.toFixed(2),
-            c.rps.toFixed(0),
-          ]
-        }),
-      )}`,
-    )
-  }
+  if (report.accounting.length > 0 || report.cpu.length > 0)
+    parts.push(accountingMarkdown(report.accounting, report.cpu))
+  parts.push(adaptersMarkdown(report.adapters, report.accounting))
   if (report.otel.length > 0) {
     parts.push(
       `\n**oncely+otel** (\`@oncely/server/otel\` against the bare engine, adjacent pairs, median over rounds)\n\n${table(
@@ -287,7 +287,7 @@ export function markdown(report: BenchReport): string {
   if (report.instances) parts.push(instancesMarkdown(report.instances))
   parts.push(
     `\n**targets**\n\n${table(
-      ['target', 'goal', 'measured', 'met'],
+      ['target', 'goal', 'measured (median, min–max of paired rounds where judged on them)', 'met'],
       report.targets.map((t) => [
         t.name,
         t.goal,
@@ -309,6 +309,10 @@ export function summary(report: BenchReport): unknown {
     server[s.shape] ??= {}
     server[s.shape]![s.scenario.id] = {
       throughputRatio: round(s.throughputRatio),
+      ratioMin: round(Math.min(...s.ratios)),
+      ratioMax: round(Math.max(...s.ratios)),
+      ratios: s.ratios.map((r) => round(r)),
+      baseline: s.scenario.baseline,
       addedP50Ms: round(s.addedP50Ms),
       addedP99Ms: round(s.addedP99Ms),
       executionsPerRequest: round(s.executionsPerRequest),
@@ -344,13 +348,8 @@ export function summary(report: BenchReport): unknown {
     })),
     reaper: report.reaper && { ...report.reaper, rowsPerSecond: round(report.reaper.rowsPerSecond, 0) },
     resume: report.resume.map((r) => ({ ...r, seconds: round(r.seconds) })),
-    cpu: report.cpu.map((c) => ({
-      ...c,
-      serverUs: round(c.serverUs, 0),
-      postgresUs: round(c.postgresUs, 0),
-      loadUs: round(c.loadUs, 0),
-      rps: round(c.rps, 0),
-    })),
+    accounting: accountingEntries(report.accounting, report.cpu),
+    adapters: adaptersEntries(report.adapters, report.accounting),
     otel: report.otel.map((o) => ({
       ...o,
       throughputRatio: round(o.throughputRatio),
@@ -380,6 +379,20 @@ export function summary(report: BenchReport): unknown {
         walBytesPerRequest: round(r.walBytesPerRequest, 0),
       })),
     },
-    targets: report.targets,
+    targets: report.targets.map((t) =>
+      t.rounds
+        ? {
+            ...t,
+            rounds: {
+              median: round(t.rounds.median),
+              min: round(t.rounds.min),
+              max: round(t.rounds.max),
+              q1: round(t.rounds.q1),
+              q3: round(t.rounds.q3),
+              values: t.rounds.values.map((v) => round(v)),
+            },
+          }
+        : t,
+    ),
   }
 }

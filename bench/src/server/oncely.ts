@@ -1,21 +1,38 @@
 import { createHash } from 'node:crypto'
-import { createEngine, type Engine, migrate, postgresStore } from '@oncely/server'
+import { type Engine, migrate, postgresStore } from '@oncely/server'
 import { idempotency } from '@oncely/server/fastify'
 import type { FastifyInstance } from 'fastify'
-import { insertEntry, type Transfer } from './ledger.js'
+import type pg from 'pg'
+import { benchEngine } from './engines.js'
+import { insertEntry, type LedgerResponse, type Transfer } from './ledger.js'
 import type { Variant } from './variant.js'
 
 export const ONCELY_SCHEMA = 'oncely'
 
-/** The Fastify plugin on `engine` and the idempotent `POST /ledger` whose handler only runs the INSERT. */
-export async function ledgerRoute(scope: FastifyInstance, engine: Engine): Promise<void> {
-  await scope.register(idempotency, { engine, tenant: () => 'bench' })
+/** The business INSERT through one database library, in that library's transaction object. */
+export type LedgerInsert<Tx> = (
+  tx: Tx,
+  key: string | undefined,
+  transfer: Transfer,
+) => Promise<LedgerResponse>
+
+/**
+ * The Fastify plugin on `engine` and the idempotent `POST /ledger` whose handler only runs the INSERT (through
+ * node-postgres by default, or through the library the engine's datasource wraps).
+ */
+export async function ledgerRoute<Tx = pg.PoolClient>(
+  scope: FastifyInstance,
+  engine: Engine<Tx>,
+  insert: LedgerInsert<Tx> = insertEntry as unknown as LedgerInsert<Tx>,
+): Promise<void> {
+  // The plugin's request.idempotency is typed for node-postgres; its tx is the datasource's transaction object.
+  await scope.register(idempotency, { engine: engine as unknown as Engine, tenant: () => 'bench' })
   scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
     '/ledger',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {
       const { tx, key } = request.idempotency
-      const response = await insertEntry(tx, key, request.body)
+      const response = await insert(tx as unknown as Tx, key, request.body)
       return reply.code(response.status).send(response.body)
     },
   )
@@ -35,7 +52,8 @@ function variant(name: string, replayCache: boolean, reservation: 'row' | 'lock'
     async setup(scope, { pool }) {
       await migrate(pool, { schema: ONCELY_SCHEMA })
       const store = postgresStore({ pool, schema: ONCELY_SCHEMA })
-      const engine = createEngine(
+      const engine = benchEngine(
+        name,
         replayCache ? { store, reservation } : { store, reservation, replayCache: false },
       )
       await ledgerRoute(scope, engine)
@@ -54,7 +72,10 @@ export const oncelyEngineOnly: Variant = {
   description: "reference: the engine (reservation: 'lock') called from a bare route, no plugin",
   async setup(scope, { pool }) {
     await migrate(pool, { schema: 'oncely_engine' })
-    const engine = createEngine({ store: postgresStore({ pool, schema: 'oncely_engine' }) })
+    const engine = benchEngine('engine-floor', {
+      store: postgresStore({ pool, schema: 'oncely_engine' }),
+      reservation: 'lock',
+    })
     scope.post<{ Body: Transfer }>('/ledger', async (request, reply) => {
       const key = request.headers['idempotency-key']
       if (typeof key !== 'string') return reply.code(400).send({})

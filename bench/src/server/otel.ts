@@ -1,4 +1,4 @@
-import { createEngine, migrate, postgresStore } from '@oncely/server'
+import { migrate, postgresStore } from '@oncely/server'
 import { instrumentEngine } from '@oncely/server/otel'
 import { context, propagation } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
@@ -16,6 +16,7 @@ import {
   TraceIdRatioBasedSampler,
   TracerProvider,
 } from '@opentelemetry/sdk-trace'
+import { benchEngine } from './engines.js'
 import { ledgerRoute, ONCELY_SCHEMA } from './oncely.js'
 import type { Variant } from './variant.js'
 
@@ -75,7 +76,7 @@ function variant(name: string, sdk: boolean): Variant {
       : "oncely (reservation: 'lock') instrumented with @oncely/server/otel, no SDK registered",
     async setup(scope, { pool }) {
       await migrate(pool, { schema: ONCELY_SCHEMA })
-      const engine = createEngine({
+      const engine = benchEngine(name, {
         store: postgresStore({ pool, schema: ONCELY_SCHEMA }),
         reservation: 'lock',
       })

@@ -1,5 +1,7 @@
-// Throughput and added latency of each variant against the baseline, measured in adjacent pairs (baseline, variant,
-// baseline, variant, ...) so drift in machine load hits both sides of a ratio alike. Reports medians over rounds.
+// Throughput and added latency of each variant against its baseline, measured in adjacent pairs (baseline, variant,
+// baseline, variant, ...) so drift in machine load hits both sides of a ratio alike. Every round measures every
+// scenario, so two scenarios' ratios can be compared round by round (paired.ts). Reports medians over rounds with
+// the per-round ratios.
 import type pg from 'pg'
 import { keySequence, type LoadResult, load } from '../load.js'
 import { median } from '../stats.js'
@@ -16,6 +18,8 @@ export interface Scenario {
   id: string
   variant: string
   path: 'first' | 'replay'
+  /** The variant it is divided by: the same INSERT on the same framework and library, no idempotency. */
+  baseline: string
 }
 
 export interface PairResult {
@@ -30,6 +34,8 @@ export interface ScenarioSummary {
   shape: string
   /** Median over rounds of scenario req/s divided by the adjacent baseline's req/s. */
   throughputRatio: number
+  /** That ratio in each round, in round order. */
+  ratios: number[]
   /** Median over rounds of scenario p50 minus the adjacent baseline's p50, in ms. */
   addedP50Ms: number
   addedP99Ms: number
@@ -75,7 +81,7 @@ export async function compare(options: CompareOptions): Promise<ScenarioSummary[
   const summaries: ScenarioSummary[] = []
   for (const shape of options.shapes) {
     log(`\n${shape.name}: ${shape.connections} connection(s), ${shape.amount} requests per run`)
-    const variants = new Set(['baseline', ...options.scenarios.map((s) => s.variant)])
+    const variants = new Set(options.scenarios.flatMap((s) => [s.baseline, s.variant]))
     for (const variant of variants) {
       await load({
         url: url(variant),
@@ -103,10 +109,10 @@ export async function compare(options: CompareOptions): Promise<ScenarioSummary[
           nextKey = keySequence(prefix, shape.amount)
         }
         const baselineResult = await load({
-          url: url('baseline'),
+          url: url(scenario.baseline),
           connections: shape.connections,
           amount: shape.amount,
-          nextKey: keySequence(runPrefix('baseline')),
+          nextKey: keySequence(runPrefix(scenario.baseline)),
         })
         const head = await ledgerHead(pool)
         const result = await load({
@@ -118,16 +124,18 @@ export async function compare(options: CompareOptions): Promise<ScenarioSummary[
         const executions = (await ledgerHead(pool)) - head
         pairs.get(scenario.id)!.push({ baseline: baselineResult, scenario: result, executions })
         log(
-          `  round ${round + 1} ${scenario.id.padEnd(28)} ${result.rps.toFixed(0).padStart(6)} req/s (baseline ${baselineResult.rps.toFixed(0)}), p50 ${result.p50.toFixed(2)} ms (baseline ${baselineResult.p50.toFixed(2)})${failures(result) ? `, ${failures(result)} failures` : ''}`,
+          `  round ${round + 1} ${scenario.id.padEnd(28)} ${result.rps.toFixed(0).padStart(6)} req/s (${scenario.baseline} ${baselineResult.rps.toFixed(0)}), p50 ${result.p50.toFixed(2)} ms (baseline ${baselineResult.p50.toFixed(2)})${failures(result) ? `, ${failures(result)} failures` : ''}`,
         )
       }
     }
     for (const scenario of options.scenarios) {
       const list = pairs.get(scenario.id)!
+      const ratios = list.map((p) => p.scenario.rps / p.baseline.rps)
       summaries.push({
         scenario,
         shape: shape.name,
-        throughputRatio: median(list.map((p) => p.scenario.rps / p.baseline.rps)),
+        throughputRatio: median(ratios),
+        ratios,
         addedP50Ms: median(list.map((p) => p.scenario.p50 - p.baseline.p50)),
         addedP99Ms: median(list.map((p) => p.scenario.p99 - p.baseline.p99)),
         rps: median(list.map((p) => p.scenario.rps)),

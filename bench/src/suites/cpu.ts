@@ -1,16 +1,23 @@
-// Where a request's CPU goes: the bench server process, every Postgres process (backends, WAL writer, checkpointer,
-// autovacuum), and the load generator, per request, for each variant's first-execution path at 10 connections.
-// Read from /proc (Linux, Postgres on this machine), so it is skipped elsewhere. Also counts the server's write
-// system calls per request: each is a round trip on loopback TCP, which costs CPU on both sides.
+// Where a request's CPU goes: the bench server process, the Postgres backends serving the bench database, every
+// Postgres process (backends of every database, WAL writer, checkpointer, autovacuum: on a shared server, other
+// databases' work too), and the load generator, per request, for each variant's first-execution and replay paths at
+// 10 connections. Read from /proc (Linux, Postgres on this machine), so it is skipped elsewhere. Also counts the
+// server's write system calls per request: each is a round trip on loopback TCP, which costs CPU on both sides.
 import { randomUUID } from 'node:crypto'
-import { load } from '../load.js'
-import { cpuSeconds, postgresSeconds, writeCalls } from '../proc.js'
+import type pg from 'pg'
+import { keySequence, load } from '../load.js'
+import { cpuDelta, cpuSeconds, postgresProcesses, writeCalls } from '../proc.js'
+import { median } from '../stats.js'
 
 export interface CpuSplit {
   variant: string
+  path: 'first' | 'replay'
   requests: number
   /** Medians over rounds, microseconds of CPU (user + system) per request. */
   serverUs: number
+  /** The backends connected to the bench database (the server's pools), read by their pids. */
+  backendUs: number
+  /** Every process named postgres on the machine. */
   postgresUs: number
   loadUs: number
   /** Write system calls of the server process per request (database round trips plus the HTTP response). */
@@ -18,55 +25,82 @@ export interface CpuSplit {
   rps: number
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
+/** CPU seconds so far of each backend connected to the pool's database, other than the pool's own. */
+async function backends(pool: pg.Pool): Promise<Map<number, number>> {
+  const { rows } = await pool.query<{ pid: number }>(
+    'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+  )
+  return new Map(rows.map((r) => [r.pid, cpuSeconds(r.pid)]))
+}
 
 export async function cpuSplit(options: {
   urls: Record<string, string>
   serverPid: number
+  /** A pool on the bench database, to find its backends. */
+  pool: pg.Pool
   variants: readonly string[]
   requests: number
   rounds: number
   log: (line: string) => void
 }): Promise<CpuSplit[]> {
-  const samples = new Map<
-    string,
-    { server: number[]; postgres: number[]; load: number[]; writes: number[]; rps: number[] }
-  >()
+  type Samples = Record<'server' | 'backend' | 'postgres' | 'load' | 'writes' | 'rps', number[]>
+  const samples = new Map<string, Samples>()
   for (let round = 0; round < options.rounds; round++) {
     for (const variant of options.variants) {
       const url = options.urls[variant]
       if (!url) continue
-      const server0 = cpuSeconds(options.serverPid)
-      const writes0 = writeCalls(options.serverPid)
-      const postgres0 = postgresSeconds()
-      const load0 = process.cpuUsage()
-      const result = await load({
-        url,
-        connections: 10,
-        amount: options.requests,
-        nextKey: () => randomUUID(),
-      })
-      const load1 = process.cpuUsage(load0)
-      const n = options.requests
-      const entry = samples.get(variant) ?? { server: [], postgres: [], load: [], writes: [], rps: [] }
-      entry.server.push(((cpuSeconds(options.serverPid) - server0) * 1e6) / n)
-      entry.postgres.push(((postgresSeconds() - postgres0) * 1e6) / n)
-      entry.load.push((load1.user + load1.system) / n)
-      entry.writes.push((writeCalls(options.serverPid) - writes0) / n)
-      entry.rps.push(result.rps)
-      samples.set(variant, entry)
-      options.log(
-        `  round ${round + 1} ${variant.padEnd(28)} server ${entry.server.at(-1)!.toFixed(0)} us, postgres ${entry.postgres.at(-1)!.toFixed(0)} us, load ${entry.load.at(-1)!.toFixed(0)} us per request`,
-      )
+      for (const path of ['first', 'replay'] as const) {
+        let nextKey: () => string = () => randomUUID()
+        if (path === 'replay') {
+          // The keys replayed are executed first, outside the measurement.
+          const prefix = `cpu-${variant}-${round}-${randomUUID()}`
+          await load({ url, connections: 10, amount: options.requests, nextKey: keySequence(prefix) })
+          nextKey = keySequence(prefix)
+        }
+        const server0 = cpuSeconds(options.serverPid)
+        const writes0 = writeCalls(options.serverPid)
+        const backends0 = await backends(options.pool)
+        const postgres0 = postgresProcesses()
+        const load0 = process.cpuUsage()
+        const result = await load({ url, connections: 10, amount: options.requests, nextKey })
+        const load1 = process.cpuUsage(load0)
+        const postgres1 = postgresProcesses()
+        const backends1 = await backends(options.pool)
+        const n = options.requests
+        const id = `${variant} ${path}`
+        const entry = samples.get(id) ?? {
+          server: [],
+          backend: [],
+          postgres: [],
+          load: [],
+          writes: [],
+          rps: [],
+        }
+        entry.server.push(((cpuSeconds(options.serverPid) - server0) * 1e6) / n)
+        entry.backend.push((cpuDelta(backends0, backends1) * 1e6) / n)
+        entry.postgres.push((cpuDelta(postgres0, postgres1) * 1e6) / n)
+        entry.load.push((load1.user + load1.system) / n)
+        entry.writes.push((writeCalls(options.serverPid) - writes0) / n)
+        entry.rps.push(result.rps)
+        samples.set(id, entry)
+        options.log(
+          `  round ${round + 1} ${id.padEnd(32)} server ${entry.server.at(-1)!.toFixed(0)} us, backends ${entry.backend.at(-1)!.toFixed(0)} us, all postgres ${entry.postgres.at(-1)!.toFixed(0)} us, load ${entry.load.at(-1)!.toFixed(0)} us per request`,
+        )
+      }
     }
   }
-  return [...samples].map(([variant, s]) => ({
-    variant,
-    requests: options.requests,
-    serverUs: median(s.server),
-    postgresUs: median(s.postgres),
-    loadUs: median(s.load),
-    writesPerRequest: median(s.writes),
-    rps: median(s.rps),
-  }))
+  return [...samples].map(([id, s]) => {
+    const [variant, path] = id.split(' ') as [string, 'first' | 'replay']
+    return {
+      variant,
+      path,
+      requests: options.requests,
+      serverUs: median(s.server),
+      backendUs: median(s.backend),
+      postgresUs: median(s.postgres),
+      loadUs: median(s.load),
+      writesPerRequest: median(s.writes),
+      rps: median(s.rps),
+    }
+  })
 }
