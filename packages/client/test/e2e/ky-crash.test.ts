@@ -1,7 +1,6 @@
 // A ky instance wrapped by oncely, in a real child process SIGKILLed after its intent was written ahead and after
 // it was sent, against @oncely/server (Fastify) on a real Postgres: the program that runs next completes the
 // intent with the same key and bytes, and the server has made exactly one payment under that key.
-import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -9,9 +8,9 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
 import { fileStore } from '../../src/stores/node.js'
 import { startOncelyServer } from '../support/oncely-server.js'
+import { runFixture, until } from './support/child.js'
 
 const fixture = fileURLToPath(new URL('./fixtures/ky-pay.ts', import.meta.url))
-const packageDir = fileURLToPath(new URL('../..', import.meta.url))
 let server: Awaited<ReturnType<typeof startOncelyServer>>
 let dir: string
 
@@ -28,43 +27,11 @@ afterAll(async () => {
   await server?.close()
 })
 
-type Line = Record<string, unknown>
-function child(...args: string[]): {
-  proc: ChildProcess
-  lines: Line[]
-  exited: Promise<NodeJS.Signals | number | null>
-} {
-  const proc = spawn(process.execPath, ['--conditions=@oncely/source', '--import', 'tsx', fixture, ...args], {
-    cwd: packageDir,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  const lines: Line[] = []
-  let buffer = ''
-  proc.stdout!.on('data', (chunk: Buffer) => {
-    buffer += chunk.toString()
-    for (let newline = buffer.indexOf('\n'); newline >= 0; newline = buffer.indexOf('\n')) {
-      lines.push(JSON.parse(buffer.slice(0, newline)) as Line)
-      buffer = buffer.slice(newline + 1)
-    }
-  })
-  proc.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk))
-  const exited = new Promise<NodeJS.Signals | number | null>((resolve) =>
-    proc.on('exit', (code, signal) => resolve(signal ?? code)),
-  )
-  return { proc, lines, exited }
-}
-
-async function until(check: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
+const child = (...args: string[]) => runFixture(fixture, args)
 
 it('SIGKILLed after the write-ahead, before the first byte: the same ky call after the restart sends it once', async () => {
   const first = child('pay', server.url, dir, 'checkout:ky_1', 'after-write')
-  expect(await first.exited).toBe('SIGKILL')
+  expect((await first.exited).signal).toBe('SIGKILL')
   const [written] = first.lines
   expect(written).toMatchObject({ event: 'attempt', attempt: 1 })
   const key = written!.key as string
@@ -80,7 +47,7 @@ it('SIGKILLed after the write-ahead, before the first byte: the same ky call aft
 
   // The program runs again and makes the same call: the pending intent is driven with its key and stored bytes.
   const second = child('pay', server.url, dir, 'checkout:ky_1')
-  expect(await second.exited).toBe(0)
+  expect((await second.exited).code).toBe(0)
   expect(second.lines.find((line) => line.event === 'paid')).toMatchObject({
     status: 201,
     data: { amount: 4200 },
@@ -98,7 +65,7 @@ it('SIGKILLed after the send (the payment made, its answers lost): client.resume
   const first = child('pay', server.url, dir)
   await until(() => server.keys.length >= 3, 'three attempts whose answers were lost')
   first.proc.kill('SIGKILL')
-  expect(await first.exited).toBe('SIGKILL')
+  expect((await first.exited).signal).toBe('SIGKILL')
   const key = server.keys[0]!
   expect(new Set(server.keys)).toEqual(new Set([key]))
   expect(await server.effectsFor(key)).toBe(1)
@@ -106,7 +73,7 @@ it('SIGKILLed after the send (the payment made, its answers lost): client.resume
 
   server.dropResponses = false
   const second = child('resume', server.url, dir)
-  expect(await second.exited).toBe(0)
+  expect((await second.exited).code).toBe(0)
   expect(second.lines.find((line) => line.event === 'resumed')).toMatchObject({
     outcomes: [
       { outcome: 'settled', key, response: { status: 201, replayed: true, data: { amount: 4200 } } },
