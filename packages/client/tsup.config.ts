@@ -9,6 +9,8 @@ const entry = {
   'react-native': 'src/stores/async-storage.ts',
   // OpenTelemetry (the optional peer @opentelemetry/api stays external).
   otel: 'src/otel/index.ts',
+  // ky (the optional peer ky, a type only: nothing of it is imported at run time).
+  ky: 'src/ky/index.ts',
 }
 
 const common: Options = {

@@ -65,3 +65,26 @@ it('the otel entry does load @opentelemetry/api (so the check above can fail)', 
   const { inputs } = await bundle("export * from './src/otel/index.ts'", 'neutral')
   expect(inputs.some((input) => input.includes('@opentelemetry/api'))).toBe(true)
 })
+
+// @oncely/client/ky costs only what an app that uses it imports: ky itself is the app's (a type here, never
+// bundled), and what the entry adds to the browser entry is measured against a budget of its own.
+const KY_BUDGET = 2 * 1024
+it('the ky entry adds at most 2 KB (minified and gzipped) to the browser entry, and bundles nothing of ky', async () => {
+  const browser =
+    "export * from './src/index.browser.ts'\nexport { indexedDbStore } from './src/stores/idb.ts'"
+  const without = await bundle(browser, 'browser')
+  const withKy = await bundle(`${browser}\nexport * from './src/ky/index.ts'`, 'browser')
+  const added = gzipSync(withKy.code, { level: 9 }).length - gzipSync(without.code, { level: 9 }).length
+  console.log(`ky entry: adds ${added} bytes gzipped to the browser entry (budget ${KY_BUDGET})`)
+  expect(added).toBeLessThanOrEqual(KY_BUDGET)
+  expect(withKy.inputs.filter((input) => input.includes('src/ky/'))).not.toEqual([])
+  expect(withKy.inputs.filter((input) => /node_modules\/(\.pnpm\/)?ky[@/]/.test(input))).toEqual([])
+})
+
+it.each([
+  ['the main entry', "export * from './src/index.ts'", 'node'],
+  ['the browser entry', "export * from './src/index.browser.ts'", 'browser'],
+] as const)('%s loads nothing of the ky integration', async (_name, contents, platform) => {
+  const { inputs } = await bundle(contents, platform)
+  expect(inputs.filter((input) => /(^|\/)ky(\/|@)/.test(input))).toEqual([])
+})

@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -6,9 +5,9 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { fileStore } from '../../src/stores/node.js'
 import { startOncelyServer } from '../support/oncely-server.js'
+import { runFixture, until } from './support/child.js'
 
 const fixture = fileURLToPath(new URL('./fixtures/pay.ts', import.meta.url))
-const packageDir = fileURLToPath(new URL('../..', import.meta.url))
 let server: Awaited<ReturnType<typeof startOncelyServer>>
 let dir: string
 
@@ -21,39 +20,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true })
 })
 
-function child(mode: 'pay' | 'resume'): {
-  proc: ChildProcess
-  lines: Record<string, unknown>[]
-  exited: Promise<number | null>
-} {
-  const proc = spawn(
-    process.execPath,
-    ['--conditions=@oncely/source', '--import', 'tsx', fixture, mode, server.url, dir],
-    { cwd: packageDir, stdio: ['ignore', 'pipe', 'pipe'] },
-  )
-  const lines: Record<string, unknown>[] = []
-  let buffer = ''
-  proc.stdout!.on('data', (chunk: Buffer) => {
-    buffer += chunk.toString()
-    let newline = buffer.indexOf('\n')
-    while (newline >= 0) {
-      lines.push(JSON.parse(buffer.slice(0, newline)))
-      buffer = buffer.slice(newline + 1)
-      newline = buffer.indexOf('\n')
-    }
-  })
-  proc.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk))
-  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)))
-  return { proc, lines, exited }
-}
-
-async function until(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
+const child = (mode: 'pay' | 'resume') => runFixture(fixture, [mode, server.url, dir])
 
 it('a process SIGKILLed while responses are dropped leaves an intent that a second process completes once', async () => {
   // @oncely/server on Postgres commits every attempt (or finds the committed one) and the socket is then destroyed.
@@ -61,7 +28,7 @@ it('a process SIGKILLed while responses are dropped leaves an intent that a seco
   const first = child('pay')
   await until(() => server.keys.length >= 3, 'three dropped attempts')
   first.proc.kill('SIGKILL')
-  expect(await first.exited).toBe(null)
+  expect((await first.exited).signal).toBe('SIGKILL')
   const key = server.keys[0]!
   expect(new Set(server.keys)).toEqual(new Set([key]))
   expect(await server.effects()).toBe(1)
@@ -69,7 +36,7 @@ it('a process SIGKILLed while responses are dropped leaves an intent that a seco
 
   server.dropResponses = false
   const second = child('resume')
-  expect(await second.exited).toBe(0)
+  expect((await second.exited).code).toBe(0)
   const resumed = second.lines.find((line) => line.event === 'resumed') as {
     outcomes: {
       outcome: string

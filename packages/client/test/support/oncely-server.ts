@@ -6,7 +6,7 @@ import Fastify from 'fastify'
 /**
  * The real server side for end-to-end tests: @oncely/server's engine on a fresh Postgres database behind its Fastify
  * plugin, with one idempotent route that inserts a payment in the idempotency transaction. `payments` has no unique
- * constraint, so a second execution would show up as a second row.
+ * constraint, so a second execution would show up as a second row (each row names the key it was made under).
  *
  * `dropResponses` lets the engine commit and then destroys the socket instead of writing the response (the lost
  * response); it applies to replays too. `unavailable` answers 503 before the engine sees the request (no effect).
@@ -16,7 +16,7 @@ import Fastify from 'fastify'
 export async function startOncelyServer(label: string) {
   const db = await createTestDatabase(label)
   await migrate(db.pool)
-  await db.pool.query('CREATE TABLE payments (id bigserial PRIMARY KEY, amount integer NOT NULL)')
+  await db.pool.query('CREATE TABLE payments (id bigserial PRIMARY KEY, amount integer NOT NULL, key text)')
   const engine = createEngine({ store: postgresStore({ pool: db.pool }) })
   const app = Fastify({ logger: false })
   const state = {
@@ -55,8 +55,8 @@ export async function startOncelyServer(label: string) {
         return reply.code(402).send({ title: 'Card declined', status: 402, card: request.body.card })
       }
       const { rows } = await request.idempotency.tx.query(
-        'INSERT INTO payments (amount) VALUES ($1) RETURNING id',
-        [request.body.amount],
+        'INSERT INTO payments (amount, key) VALUES ($1, $2) RETURNING id',
+        [request.body.amount, request.headers['idempotency-key']],
       )
       return reply.code(201).send({ id: String(rows[0].id), amount: request.body.amount })
     },
@@ -66,6 +66,10 @@ export async function startOncelyServer(label: string) {
   return Object.assign(state, {
     url: `http://127.0.0.1:${address.port}`,
     effects: async () => (await db.pool.query('SELECT count(*)::int AS n FROM payments')).rows[0].n as number,
+    /** The payments made under one idempotency key. */
+    effectsFor: async (key: string) =>
+      (await db.pool.query('SELECT count(*)::int AS n FROM payments WHERE key = $1', [key])).rows[0]
+        .n as number,
     async close() {
       await app.close()
       await db.drop()
