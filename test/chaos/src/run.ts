@@ -46,7 +46,7 @@ const LEASE_MS = 2000
 const STALL_MS = LEASE_MS + 1500
 const DRAIN_ROUNDS = 3
 /** How long an API instance (listening, and its database answering) or a client worker may take to be ready. */
-const SERVER_READY_MS = 90_000
+const SERVER_READY_MS = 180_000
 
 /** How often workers re-drive their pending intents during the fault phase. */
 const RESUME_EVERY_MS = 5000
