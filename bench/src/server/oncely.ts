@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { createEngine, type Engine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import type { FastifyInstance } from 'fastify'
 import { insertEntry, type Transfer } from './ledger.js'
 import type { Variant } from './variant.js'
@@ -9,7 +9,7 @@ export const ONCELY_SCHEMA = 'oncely'
 
 /** The Fastify plugin on `engine` and the idempotent `POST /ledger` whose handler only runs the INSERT. */
 export async function ledgerRoute(scope: FastifyInstance, engine: Engine): Promise<void> {
-  await scope.register(idempotency, { engine, tenant: () => 'bench' })
+  await scope.register(fastifyIdempotency, { engine, tenant: () => 'bench' })
   scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
     '/ledger',
     { config: { idempotency: { required: true } } },
