@@ -39,10 +39,10 @@ const onExpress4: Snippet[] = snippets
     code: s.code.replaceAll("from 'express'", "from 'express4'"),
   }))
 const fileOf = (snippet: Snippet) => `${snippet.name}.${snippet.lang}`
-// An example that augments a module (`declare module '...' { interface Register { ... } }`) changes that module's
-// types for the whole program it is compiled in, as it does in the reader's own project: it is compiled as a program
-// of its own, and the others without it.
-const augments = (snippet: Snippet) => /^declare module '/m.test(snippet.code)
+// An example that names the transaction type of Fastify's routes (`declare module '@oncely/server/fastify' {
+// interface Register { tx: ... } }`) changes it for the whole program it is compiled in, as it does in the reader's
+// own project: it is compiled as a program of its own, and the others without it.
+const augments = (snippet: Snippet) => /^declare module '@oncely\/server\/fastify'/m.test(snippet.code)
 const ownPrograms = snippets.filter(augments)
 
 rmSync(workDir, { recursive: true, force: true })

@@ -1,4 +1,4 @@
-export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'
+export type { FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'
 export type {
   FastifyIdempotencyContext,
   FastifyIdempotencyOf,
