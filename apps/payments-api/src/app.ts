@@ -10,7 +10,7 @@ import {
   type EngineOptions,
   postgresStore,
 } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import { instrumentEngine } from '@oncely/server/otel'
 import { createEngineForTesting } from '@oncely/server/testing'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
@@ -175,7 +175,7 @@ function createPaymentsEngine(
 }
 
 async function withIdempotency(app: FastifyInstance, engine: Engine): Promise<PaymentExecutionSource> {
-  await app.register(idempotency, { engine, tenant: (request) => request.tenant })
+  await app.register(fastifyIdempotency, { engine, tenant: (request) => request.tenant })
   return {
     // A thrown business error (a refused card) is stored and replayed as the problem+json the API sends for it.
     routeConfig: { idempotency: { required: true, renderError: renderProblem } },

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { type Engine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import type { FastifyInstance } from 'fastify'
 import type pg from 'pg'
 import { benchEngine } from './engines.js'
@@ -26,7 +26,7 @@ export async function ledgerRoute<Tx = pg.PoolClient>(
   insert: LedgerInsert<Tx> = insertEntry as unknown as LedgerInsert<Tx>,
 ): Promise<void> {
   // The plugin's request.idempotency is typed for node-postgres; its tx is the datasource's transaction object.
-  await scope.register(idempotency, { engine: engine as unknown as Engine, tenant: () => 'bench' })
+  await scope.register(fastifyIdempotency, { engine: engine as unknown as Engine, tenant: () => 'bench' })
   scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
     '/ledger',
     { config: { idempotency: { required: true } } },

@@ -1,5 +1,5 @@
 import { migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import { benchEngine } from './engines.js'
 import { insertEntry, type Transfer } from './ledger.js'
 import { ONCELY_SCHEMA } from './oncely.js'
@@ -20,7 +20,7 @@ export const oncelyRecoveryPoint: Variant = {
       store: postgresStore({ pool, schema: ONCELY_SCHEMA }),
       reservation: 'lock',
     })
-    await scope.register(idempotency, { engine, tenant: () => 'bench' })
+    await scope.register(fastifyIdempotency, { engine, tenant: () => 'bench' })
     scope.post<{ Body: Transfer }, { idempotency: { required: true } }>(
       '/ledger',
       { config: { idempotency: { required: true } } },

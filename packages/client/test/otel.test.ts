@@ -200,14 +200,14 @@ describe('end to end', () => {
   it('joins the client span and the server span by trace id', async () => {
     const { createTestDatabase } = await import('@oncely/test-support')
     const { createEngine, migrate, postgresStore } = await import('@oncely/server')
-    const { idempotency } = await import('@oncely/server/fastify')
+    const { fastifyIdempotency } = await import('@oncely/server/fastify')
     const { instrumentEngine } = await import('@oncely/server/otel')
     const { default: Fastify } = await import('fastify')
     const db = await createTestDatabase('client-otel')
     await migrate(db.pool)
     const engine = instrumentEngine(createEngine({ store: postgresStore({ pool: db.pool }) }), telemetry)
     const app = Fastify({ logger: false })
-    await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
+    await app.register(fastifyIdempotency, { engine, tenant: () => 'tenant_1' })
     app.post('/v1/payments', { config: { idempotency: { required: true } } }, async (_request, reply) =>
       reply.code(201).send({ ok: true }),
     )

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { createTestDatabase } from '@oncely/test-support'
 import Fastify from 'fastify'
-import { idempotency } from '../src/fastify/index.js'
+import { fastifyIdempotency } from '../src/fastify/index.js'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
 
 const total = Number(process.argv[2] ?? 2_000)
@@ -17,7 +17,7 @@ await migrate(db.pool)
 await db.pool.query('CREATE TABLE items (id bigserial PRIMARY KEY, tenant text NOT NULL, name text NOT NULL)')
 
 const app = Fastify()
-await app.register(idempotency, {
+await app.register(fastifyIdempotency, {
   engine: createEngine({ store: postgresStore({ pool: db.pool }) }),
   tenant: () => 'bench',
 })

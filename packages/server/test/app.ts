@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify'
 import type pg from 'pg'
-import { idempotency } from '../src/fastify/index.js'
+import { fastifyIdempotency } from '../src/fastify/index.js'
 import type { TestingEngineOptions } from '../src/testing/index.js'
 import { engineFor } from './helpers.js'
 
@@ -23,7 +23,7 @@ export async function buildApp(pool: pg.Pool, options: Partial<TestingEngineOpti
     if (!auth?.startsWith('Bearer ')) return reply.code(401).send({ error: 'unauthorized' })
     request.user = auth.slice('Bearer '.length)
   })
-  await app.register(idempotency, { engine, tenant: (request) => request.user })
+  await app.register(fastifyIdempotency, { engine, tenant: (request) => request.user })
 
   app.post<
     { Body: { cart: string; amount: number; decline?: boolean; fail?: string; big?: number } },

@@ -3,7 +3,7 @@
 import type { TestDatabase } from '@oncely/test-support'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
-import { idempotency } from '../src/fastify/index.js'
+import { fastifyIdempotency } from '../src/fastify/index.js'
 import {
   createEngine,
   type ExecutionContext,
@@ -50,11 +50,11 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
         return { ok: true }
       })
     if (sameTick) {
-      void app.register(idempotency, { engine: engine(), tenant: () => 't' })
+      void app.register(fastifyIdempotency, { engine: engine(), tenant: () => 't' })
       route()
     } else {
       route()
-      await app.register(idempotency, { engine: engine(), tenant: () => 't' })
+      await app.register(fastifyIdempotency, { engine: engine(), tenant: () => 't' })
     }
     try {
       // With a JSON body the parser refuses it; without one, reading request.idempotency does.
@@ -74,7 +74,7 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
       const logged = errors.filter((line) => line.msg.includes('registered before the idempotency plugin'))
       expect(logged).toHaveLength(1)
       expect(logged[0]!.msg).toContain('POST /v1/early')
-      expect(logged[0]!.msg).toContain('await app.register(idempotency')
+      expect(logged[0]!.msg).toContain('await app.register(fastifyIdempotency')
     } finally {
       await app.close()
     }
@@ -105,14 +105,14 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
     [{ engine: 'x', tenant: () => 't' }, /`engine`/],
   ])('refuses a missing engine at registration', async (options, message) => {
     const app = Fastify()
-    await expect(app.register(idempotency, options as never).ready()).rejects.toThrow(message)
+    await expect(app.register(fastifyIdempotency, options as never).ready()).rejects.toThrow(message)
     await app.close().catch(() => {})
   })
 
   it('refuses a tenant that is not a function at registration', async () => {
     const app = Fastify()
     await expect(
-      app.register(idempotency, { engine: engine(), tenant: 'tenant_1' as never }).ready(),
+      app.register(fastifyIdempotency, { engine: engine(), tenant: 'tenant_1' as never }).ready(),
     ).rejects.toThrow(/`tenant` of @oncely\/server\/fastify to be a function/)
     await app.close().catch(() => {})
   })
@@ -121,7 +121,7 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
 describe('the store is checked when the server starts', () => {
   it('without the migrations, ready() rejects with a StoreSetupError naming the table and migrate()', async () => {
     const app = Fastify()
-    await app.register(idempotency, {
+    await app.register(fastifyIdempotency, {
       engine: createEngine({ store: postgresStore({ pool: db.pool, schema: 'never_migrated' }) }),
       tenant: () => 't',
     })
@@ -139,7 +139,7 @@ describe('the store is checked when the server starts', () => {
   it('with the migrations, it starts', async () => {
     await migrate(db.pool, { schema: 'migrated' })
     const app = Fastify()
-    await app.register(idempotency, {
+    await app.register(fastifyIdempotency, {
       engine: createEngine({ store: postgresStore({ pool: db.pool, schema: 'migrated' }) }),
       tenant: () => 't',
     })
@@ -226,7 +226,7 @@ describe('what the core answers for a setup mistake or a lost lease, and logs wi
         },
       },
     })
-    await app.register(idempotency, { engine, tenant: options.tenant ?? (() => 't') })
+    await app.register(fastifyIdempotency, { engine, tenant: options.tenant ?? (() => 't') })
     app.post('/v1/things', { config: { idempotency: true } }, async () => ({ big: 'x'.repeat(64) }))
     await app.ready()
     const post = (key: string) =>

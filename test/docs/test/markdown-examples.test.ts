@@ -39,6 +39,11 @@ const onExpress4: Snippet[] = snippets
     code: s.code.replaceAll("from 'express'", "from 'express4'"),
   }))
 const fileOf = (snippet: Snippet) => `${snippet.name}.${snippet.lang}`
+// An example that names the transaction type of Fastify's routes (`declare module '@oncely/server/fastify' {
+// interface Register { tx: ... } }`) changes it for the whole program it is compiled in, as it does in the reader's
+// own project: it is compiled as a program of its own, and the others without it.
+const augments = (snippet: Snippet) => /^declare module '@oncely\/server\/fastify'/m.test(snippet.code)
+const ownPrograms = snippets.filter(augments)
 
 rmSync(workDir, { recursive: true, force: true })
 mkdirSync(workDir, { recursive: true })
@@ -63,7 +68,7 @@ writeFileSync(
         noEmit: true,
       },
       include: ['*.ts', '*.tsx'],
-      exclude: [`*${EXPRESS_4_SUFFIX}.ts`],
+      exclude: [`*${EXPRESS_4_SUFFIX}.ts`, ...ownPrograms.map(fileOf)],
     },
     null,
     2,
@@ -100,6 +105,17 @@ function toMarkdownLocations(output: string): string {
       return snippet ? `${snippet.file}:${snippet.line + Number(line) - 1}:${col}` : whole
     },
   )
+}
+
+/** Compiles a project of examples; resolves the compiler's errors, at their Markdown locations, or '' without any. */
+function compile(project: string): string {
+  const tsc = path.resolve(import.meta.dirname, '../node_modules/typescript/bin/tsc')
+  try {
+    execFileSync(process.execPath, [tsc, '-p', project], { cwd: workDir, encoding: 'utf8' })
+    return ''
+  } catch (error) {
+    return toMarkdownLocations(String((error as { stdout?: string }).stdout ?? error))
+  }
 }
 
 /** How many ports a server example gets, one after another, when the one it was given was taken meanwhile. */
@@ -171,15 +187,20 @@ describe('Markdown examples', () => {
   })
 
   it('compile under strict as one project', () => {
-    const tsc = path.resolve(import.meta.dirname, '../node_modules/typescript/bin/tsc')
-    let output = ''
-    try {
-      execFileSync(process.execPath, [tsc, '-p', workDir], { cwd: workDir, encoding: 'utf8' })
-    } catch (error) {
-      output = toMarkdownLocations(String((error as { stdout?: string }).stdout ?? error))
-    }
-    expect(output, 'type errors in Markdown examples').toBe('')
+    expect(compile(workDir), 'type errors in Markdown examples').toBe('')
   })
+
+  it.each(ownPrograms.map((s) => [`${s.file}:${s.line}`, s] as const))(
+    'compiles %s, which augments a module, as a program of its own',
+    (_, snippet) => {
+      const project = path.join(workDir, `tsconfig.${snippet.name}.json`)
+      writeFileSync(
+        project,
+        JSON.stringify({ extends: './tsconfig.json', files: [fileOf(snippet)], include: [] }),
+      )
+      expect(compile(project), 'type errors in the Markdown example').toBe('')
+    },
+  )
 
   const compiledOnly = snippets.filter((s) => s.mode === 'compile-only')
   it.skipIf(compiledOnly.length === 0)('reports the examples that are only compiled', () => {

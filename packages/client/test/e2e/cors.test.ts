@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { createEngine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import { chromiumLaunchOptions, createTestDatabase, freePort, requireChromium } from '@oncely/test-support'
 import { build } from 'esbuild'
 import Fastify, { type FastifyInstance } from 'fastify'
@@ -78,7 +78,7 @@ beforeAll(async () => {
       if (setup === SETUPS.flaky && !seen) request.raw.socket.destroy()
     }
   })
-  await api.register(idempotency, { engine, tenant: () => 'tenant_1' })
+  await api.register(fastifyIdempotency, { engine, tenant: () => 'tenant_1' })
   api.post<{ Body: { amount: number; workMs?: number } }, { idempotency: { required: true } }>(
     '/:setup/v1/payments',
     { config: { idempotency: { required: true } } },

@@ -1,5 +1,5 @@
 import { createEngine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import { createTestDatabase } from '@oncely/test-support'
 import Fastify from 'fastify'
 
@@ -45,7 +45,7 @@ export async function startOncelyServer(label: string) {
       return raw
     }) as typeof raw.writeHead
   })
-  await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
+  await app.register(fastifyIdempotency, { engine, tenant: () => 'tenant_1' })
   app.post<{ Body: { amount: number; card?: string } }, { idempotency: { required: true } }>(
     '/v1/payments',
     { config: { idempotency: { required: true } } },

@@ -1,5 +1,5 @@
 import { createEngine, migrate, postgresStore } from '@oncely/server'
-import { idempotency } from '@oncely/server/fastify'
+import { fastifyIdempotency } from '@oncely/server/fastify'
 import { createTestDatabase } from '@oncely/test-support'
 import Fastify from 'fastify'
 
@@ -42,7 +42,7 @@ export async function startApiServer(label: string) {
       })
     }
   })
-  await app.register(idempotency, { engine, tenant: () => 'tenant_1' })
+  await app.register(fastifyIdempotency, { engine, tenant: () => 'tenant_1' })
   app.post<{ Body: { amount: number; workMs?: number } }, { idempotency: { required: true } }>(
     '/v1/payments',
     { config: { idempotency: { required: true } } },

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import type pg from 'pg'
 import type { ExecutionContext } from '../engine/types.js'
 import {
   type Answer,
@@ -24,27 +25,44 @@ import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQue
 
 const ADAPTER = '@oncely/server/express'
 
-/** Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. */
-export type ExpressIdempotencyOptions = StandaloneAdapterOptions<Request>
+/**
+ * Options of {@link idempotency}: `engine`, `tenant(req)` and `logger`. `Tx` is the transaction type of the engine's
+ * datasource, inferred from `engine`.
+ */
+export type ExpressIdempotencyOptions<Tx = pg.PoolClient> = StandaloneAdapterOptions<Request, [], Tx>
 
-/** An Express request on an idempotent route: `req.idempotency` is the execution context (`tx`, `key`, ...). */
-export type IdempotentRequest<Context extends ExecutionContext | null = ExecutionContext> = Request & {
-  /** The execution context: `tx` (the business transaction), `key`, `stepKey()`, ... */
-  idempotency: Context
-}
+/**
+ * An Express request on an idempotent route: `req.idempotency` is the execution context (`tx`, `key`, ...). Name
+ * your datasource's transaction in it for a handler written apart from its route:
+ * `ExpressIdempotentRequest<ExecutionContext<Transaction<DB>>>`.
+ */
+export type ExpressIdempotentRequest<Context extends ExecutionContext<unknown> | null = ExecutionContext> =
+  Request & {
+    /** The execution context: `tx` (the business transaction), `key`, `stepKey()`, ... */
+    idempotency: Context
+  }
 
 /** A route handler made idempotent by {@link idempotency}: an Express handler whose `req` has `idempotency`. */
-export type IdempotentHandler<Context extends ExecutionContext | null = ExecutionContext> = (
-  req: IdempotentRequest<Context>,
+export type ExpressIdempotentHandler<Context extends ExecutionContext<unknown> | null = ExecutionContext> = (
+  req: ExpressIdempotentRequest<Context>,
   res: Response,
   next: NextFunction,
 ) => unknown
 
-/** Makes one route handler idempotent; see {@link idempotency}. */
-export interface Idempotent {
-  (handler: IdempotentHandler): RequestHandler
-  (options: IdempotencyRouteOptions & { required?: true }, handler: IdempotentHandler): RequestHandler
-  (options: IdempotencyRouteOptions, handler: IdempotentHandler<ExecutionContext | null>): RequestHandler
+/**
+ * Makes one route handler idempotent; see {@link idempotency}. Its handler's `req.idempotency.tx` is a `Tx`, the
+ * transaction type of the engine's datasource.
+ */
+export interface ExpressIdempotent<Tx = pg.PoolClient> {
+  (handler: ExpressIdempotentHandler<ExecutionContext<Tx>>): RequestHandler
+  (
+    options: IdempotencyRouteOptions & { required?: true },
+    handler: ExpressIdempotentHandler<ExecutionContext<Tx>>,
+  ): RequestHandler
+  (
+    options: IdempotencyRouteOptions,
+    handler: ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
+  ): RequestHandler
 }
 
 type Chunk = string | Uint8Array
@@ -134,7 +152,9 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
  *   res.status(201).json({ id: rows[0].id })
  * }))
  */
-export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
+export function idempotency<Tx = pg.PoolClient>(
+  options: ExpressIdempotencyOptions<Tx>,
+): ExpressIdempotent<Tx> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
   const log = options.logger ?? consoleLogger
@@ -142,14 +162,14 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
   const policy = createRequestPolicy(ADAPTER)
 
   function idempotent(
-    optionsOrHandler: IdempotencyRouteOptions | IdempotentHandler<ExecutionContext | null>,
-    maybeHandler?: IdempotentHandler<ExecutionContext | null>,
+    optionsOrHandler: IdempotencyRouteOptions | ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
+    maybeHandler?: ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
   ): RequestHandler {
     const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     async function idempotentRoute(req: Request, res: Response, next: NextFunction): Promise<void> {
-      const request = req as IdempotentRequest<ExecutionContext | null>
+      const request = req as ExpressIdempotentRequest<ExecutionContext<Tx> | null>
       request.idempotency = null
       // Express 4 and 5 name a route's path in their own syntaxes (`/:id?` and `{/:id}`); either is the template.
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
@@ -221,7 +241,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       idempotentRoute(req, res, next).catch(next)
     }
   }
-  return idempotent as Idempotent
+  return idempotent as ExpressIdempotent<Tx>
 }
 
 export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -1,7 +1,9 @@
+export type { FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'
 export type {
-  FingerprintConfig,
-  IdempotencyOf,
-  IdempotencyPluginOptions,
-  IdempotencyRouteConfig,
+  FastifyIdempotencyContext,
+  FastifyIdempotencyOf,
+  FastifyIdempotencyOptions,
+  Register,
+  RegisteredTx,
 } from './config.js'
-export { idempotency } from './plugin.js'
+export { fastifyIdempotency } from './plugin.js'

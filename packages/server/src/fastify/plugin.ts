@@ -7,7 +7,6 @@ import type {
   RouteHandlerMethod,
 } from 'fastify'
 import fp from 'fastify-plugin'
-import type { ExecutionContext } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
 import {
   type Answer,
@@ -33,7 +32,7 @@ import {
   targetPath,
 } from '../http/request.js'
 import { payloadBytes } from './capture.js'
-import type { IdempotencyPluginOptions } from './config.js'
+import type { FastifyIdempotencyContext, FastifyIdempotencyOptions } from './config.js'
 import { frameworkProblem, installStrictJsonParser, RequestRefusedError } from './json.js'
 
 const ADAPTER = '@oncely/server/fastify'
@@ -73,7 +72,7 @@ function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: Repla
   return reply.send(refusal.body)
 }
 
-async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
+async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
   const core = createHttpCore(engine, ADAPTER)
@@ -88,7 +87,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     if (!reported.has(route)) {
       reported.add(route)
       request.log.error(
-        `oncely: route ${route} has config.idempotency but was registered before the idempotency plugin, so it cannot be made idempotent. Register the plugin first: \`await app.register(idempotency, { engine, tenant })\`, then the routes.`,
+        `oncely: route ${route} has config.idempotency but was registered before the idempotency plugin, so it cannot be made idempotent. Register the plugin first: \`await app.register(fastifyIdempotency, { engine, tenant })\`, then the routes.`,
       )
     }
     return new UnpreparedRouteError(route)
@@ -101,7 +100,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
   })
   const kContext = Symbol('oncely.context')
   fastify.decorateRequest('idempotency', {
-    getter(this: FastifyRequest & { [kContext]?: ExecutionContext | null }) {
+    getter(this: FastifyRequest & { [kContext]?: FastifyIdempotencyContext | null }) {
       const context = this[kContext]
       if (context !== undefined) return context
       const config = this.routeOptions.config as MarkedConfig | undefined
@@ -109,8 +108,8 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
       return null
     },
     setter(
-      this: FastifyRequest & { [kContext]?: ExecutionContext | null },
-      context: ExecutionContext | null,
+      this: FastifyRequest & { [kContext]?: FastifyIdempotencyContext | null },
+      context: FastifyIdempotencyContext | null,
     ) {
       this[kContext] = context
     },
@@ -194,7 +193,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
           log: request.log,
           held,
           run: (ctx) => {
-            ;(request as { idempotency: ExecutionContext | null }).idempotency = ctx
+            ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
             ;(request as Held)[kHeld] = held
             const send = reply.send
             reply.send = function (payload?: unknown) {
@@ -226,13 +225,15 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
  * The Fastify adapter. Register it before your routes; then mark POST, PUT, PATCH and DELETE routes with
  * `config: { idempotency: true }` or `config: { idempotency: { ...options } }`. The store is checked when the
  * server starts: without its table, `app.ready()` and `app.listen()` reject with a `StoreSetupError` naming the fix.
+ * `request.idempotency.tx` is a `pg.PoolClient`, or the transaction type you name once in `Register` for an
+ * engine over another datasource.
  *
  * @example
- * await app.register(idempotency, { engine, tenant: (request) => request.user.accountId })
+ * await app.register(fastifyIdempotency, { engine, tenant: (request) => request.user.accountId })
  * app.post('/v1/payments', { config: { idempotency: true } }, async (request, reply) => {
  *   const { tx } = request.idempotency
  *   const { rows } = await tx.query('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100])
  *   return reply.code(201).send({ id: rows[0].id })
  * })
  */
-export const idempotency = fp(plugin, { fastify: '5.x', name: '@oncely/server' })
+export const fastifyIdempotency = fp(plugin, { fastify: '5.x', name: '@oncely/server' })

@@ -1,3 +1,4 @@
+import type pg from 'pg'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import { problemAnswer, type Replacement, type ReplacingAnswer, replacementHeaders } from '../http/answer.js'
 import { createHttpCore, PASS } from '../http/core.js'
@@ -29,9 +30,13 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
 
 /**
  * Options of {@link idempotency}. `Args` are the arguments your server passes after the `Request` (Hono's context,
- * Next.js's `{ params }`), which `tenant` and your handlers also receive.
+ * Next.js's `{ params }`), which `tenant` and your handlers also receive. `Tx` is the transaction type of the
+ * engine's datasource, inferred from `engine`.
  */
-export type FetchIdempotencyOptions<Args extends unknown[] = []> = StandaloneAdapterOptions<Request, Args>
+export type FetchIdempotencyOptions<
+  Args extends unknown[] = [],
+  Tx = pg.PoolClient,
+> = StandaloneAdapterOptions<Request, Args, Tx>
 
 /** Options of one idempotent handler: the route options, and the route template. */
 export interface FetchRouteOptions extends IdempotencyRouteOptions {
@@ -48,7 +53,9 @@ export interface FetchRouteOptions extends IdempotencyRouteOptions {
 }
 
 /** What an idempotent handler receives after the `Request`. */
-export interface FetchIdempotencyContext<Context extends ExecutionContext | null = ExecutionContext> {
+export interface FetchIdempotencyContext<
+  Context extends ExecutionContext<unknown> | null = ExecutionContext,
+> {
   /**
    * The JSON body, read once and parsed strictly before the handler (`undefined` without one). The request's own
    * body stream is used up: read this instead of `request.json()`.
@@ -61,23 +68,28 @@ export interface FetchIdempotencyContext<Context extends ExecutionContext | null
 /** A Fetch-API handler made idempotent. */
 export type FetchIdempotentHandler<
   Args extends unknown[],
-  Context extends ExecutionContext | null = ExecutionContext,
+  Context extends ExecutionContext<unknown> | null = ExecutionContext,
 > = (
   request: Request,
   context: FetchIdempotencyContext<Context>,
   ...args: Args
 ) => Response | Promise<Response>
 
-/** Makes one Fetch-API handler idempotent; see {@link idempotency}. */
-export interface FetchIdempotent<Args extends unknown[]> {
-  (handler: FetchIdempotentHandler<Args>): (request: Request, ...args: Args) => Promise<Response>
+/**
+ * Makes one Fetch-API handler idempotent; see {@link idempotency}. Its handler's `idempotency.tx` is a `Tx`, the
+ * transaction type of the engine's datasource.
+ */
+export interface FetchIdempotent<Args extends unknown[] = [], Tx = pg.PoolClient> {
+  (
+    handler: FetchIdempotentHandler<Args, ExecutionContext<Tx>>,
+  ): (request: Request, ...args: Args) => Promise<Response>
   (
     options: FetchRouteOptions & { required?: true },
-    handler: FetchIdempotentHandler<Args>,
+    handler: FetchIdempotentHandler<Args, ExecutionContext<Tx>>,
   ): (request: Request, ...args: Args) => Promise<Response>
   (
     options: FetchRouteOptions,
-    handler: FetchIdempotentHandler<Args, ExecutionContext | null>,
+    handler: FetchIdempotentHandler<Args, ExecutionContext<Tx> | null>,
   ): (request: Request, ...args: Args) => Promise<Response>
 }
 
@@ -155,24 +167,24 @@ const toResponse = (answer: Replacement) =>
  *   return Response.json({ id: rows[0].id }, { status: 201 })
  * })
  */
-export function idempotency<Args extends unknown[] = []>(
-  options: FetchIdempotencyOptions<Args>,
-): FetchIdempotent<Args> {
-  checkAdapterOptions(options as AdapterOptions<never, never>, ADAPTER)
+export function idempotency<Args extends unknown[] = [], Tx = pg.PoolClient>(
+  options: FetchIdempotencyOptions<Args, Tx>,
+): FetchIdempotent<Args, Tx> {
+  checkAdapterOptions(options as AdapterOptions<never, never, unknown>, ADAPTER)
   const { engine, tenant } = options
   const log = options.logger ?? consoleLogger
   const core = createHttpCore(engine, ADAPTER)
   const policy = createRequestPolicy(ADAPTER)
 
   function idempotent(
-    optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext | null>,
-    maybeHandler?: FetchIdempotentHandler<Args, ExecutionContext | null>,
+    optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext<Tx> | null>,
+    maybeHandler?: FetchIdempotentHandler<Args, ExecutionContext<Tx> | null>,
   ): (request: Request, ...args: Args) => Promise<Response> {
     const {
       handler,
       options: routeOptions,
       route,
-    } = routeArguments<FetchRouteOptions, FetchIdempotentHandler<Args, ExecutionContext | null>>(
+    } = routeArguments<FetchRouteOptions, FetchIdempotentHandler<Args, ExecutionContext<Tx> | null>>(
       optionsOrHandler,
       maybeHandler,
     )
@@ -260,7 +272,7 @@ export function idempotency<Args extends unknown[] = []>(
       })
     }
   }
-  return idempotent as FetchIdempotent<Args>
+  return idempotent as FetchIdempotent<Args, Tx>
 }
 
 export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -6,8 +6,11 @@ import { type Answer, answerFor, type HeaderSnapshot, misconfiguredAnswer, probl
 import type { AdapterLogger, ResolvedRoute } from './options.js'
 import { fingerprintOf, type HeaderReader, storedRequestHeaders } from './request.js'
 
-/** One request as an adapter presents it to the core, after its body was read and parsed. */
-export interface Exchange {
+/**
+ * One request as an adapter presents it to the core, after its body was read and parsed. `Tx` is the transaction
+ * type of the engine's datasource, handed to the route's handler as `ctx.tx`.
+ */
+export interface Exchange<Tx = unknown> {
   /** Upper-case. */
   method: string
   /** The route template, such as `/v1/orders/:id`. */
@@ -25,7 +28,7 @@ export interface Exchange {
   /** Calls the adapter's `tenant` option on the framework's request. */
   tenant: () => unknown
   /** Runs the route's handler with the context and resolves with its response once it answered. */
-  run: (ctx: ExecutionContext) => Promise<HandlerResponse>
+  run: (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse>
   log: AdapterLogger
   /**
    * Where the handler's intercepted send waits for the engine's decision, for adapters whose handlers write to a
@@ -41,17 +44,17 @@ export const PASS = Symbol('oncely.pass')
 export type Verdict = Answer | typeof PASS
 
 /** The per-adapter half of the layer: the engine, the tenant resolution and what is worth an error log. */
-export interface HttpCore {
+export interface HttpCore<Tx = unknown> {
   /**
    * Parses the key, resolves the tenant, fingerprints the request and runs it through the engine; resolves with the
    * answer for the client, `PASS` when an optional route got no key (run the handler without the layer), or
    * `undefined` when the answer went to the handler's held send.
    */
-  handle(route: ResolvedRoute, exchange: Exchange & { held: HeldResponse }): Promise<Verdict | undefined>
-  handle(route: ResolvedRoute, exchange: Exchange & { held?: undefined }): Promise<Verdict>
+  handle(route: ResolvedRoute, exchange: Exchange<Tx> & { held: HeldResponse }): Promise<Verdict | undefined>
+  handle(route: ResolvedRoute, exchange: Exchange<Tx> & { held?: undefined }): Promise<Verdict>
 }
 
-export function createHttpCore(engine: Engine, adapter: string): HttpCore {
+export function createHttpCore<Tx>(engine: Engine<Tx>, adapter: string): HttpCore<Tx> {
   // True from the first `unavailable` outcome until a request gets through again: one error log per outage, with
   // its cause, instead of one per request (or none, which is how a missing migration used to look).
   let outage = false
@@ -86,7 +89,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     )
   }
 
-  async function handle(route: ResolvedRoute, exchange: Exchange): Promise<Verdict | undefined> {
+  async function handle(route: ResolvedRoute, exchange: Exchange<Tx>): Promise<Verdict | undefined> {
     const { held } = exchange
     if (!held) return decide(route, exchange)
     try {
@@ -103,7 +106,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     }
   }
 
-  async function decide(route: ResolvedRoute, exchange: Exchange): Promise<Verdict> {
+  async function decide(route: ResolvedRoute, exchange: Exchange<Tx>): Promise<Verdict> {
     const parsed = parseIdempotencyKey(exchange.header('idempotency-key'))
     if (!parsed.ok) {
       if (parsed.code === 'idempotency_key_missing' && !route.required) return PASS
@@ -132,7 +135,7 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
       )
     }
     let responded = false
-    const input: ExecuteInput = {
+    const input: ExecuteInput<Tx> = {
       scope,
       operation,
       key,

@@ -1,3 +1,4 @@
+import type pg from 'pg'
 import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass, HandlerResponse } from '../engine/types.js'
 
@@ -204,14 +205,17 @@ export const consoleLogger: AdapterLogger = {
   error: (details, message) => console.error(message, details),
 }
 
-/** The options every adapter takes: the engine and how to find the tenant of a request. */
-export interface AdapterOptions<Request, Args extends unknown[] = []> {
+/**
+ * The options every adapter takes: the engine and how to find the tenant of a request. `Tx` is the transaction type
+ * of the engine's datasource (`pg.PoolClient` for a node-postgres pool), which the route's handler gets as `ctx.tx`.
+ */
+export interface AdapterOptions<Request, Args extends unknown[] = [], Tx = pg.PoolClient> {
   /**
-   * The engine from `createEngine()`.
+   * The engine from `createEngine()`, over any datasource: its transaction type becomes the type of `ctx.tx`.
    * @example
    * engine: createEngine({ store: postgresStore({ pool }) })
    */
-  engine: Engine
+  engine: Engine<Tx>
   /**
    * The scope of a request's keys: the tenant or user id from authentication, a non-empty string. Never read it
    * from a header the client controls, or one tenant can replay another's responses.
@@ -222,8 +226,8 @@ export interface AdapterOptions<Request, Args extends unknown[] = []> {
 }
 
 /** The options of an adapter whose framework has no logger of its own (Express, the Fetch API). */
-export interface StandaloneAdapterOptions<Request, Args extends unknown[] = []>
-  extends AdapterOptions<Request, Args> {
+export interface StandaloneAdapterOptions<Request, Args extends unknown[] = [], Tx = pg.PoolClient>
+  extends AdapterOptions<Request, Args, Tx> {
   /**
    * Where errors are logged: a store outage (once, with its cause and fix), a `tenant` function that returned no
    * tenant. Any pino-style logger (`logger.error(details, message)`); with `info`, one line per settled request.
@@ -255,7 +259,7 @@ export function routeArguments<Options extends IdempotencyRouteOptions, Handler>
 }
 
 /** Checks the options every adapter shares, naming the adapter and the bad option. */
-export function checkAdapterOptions(options: AdapterOptions<never, never>, adapter: string): void {
+export function checkAdapterOptions(options: AdapterOptions<never, never, unknown>, adapter: string): void {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`Expected the options of ${adapter} to be an object with \`engine\` and \`tenant\`.`)
   }

@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { Context, Middleware, Next, ParameterizedContext } from 'koa'
+import type pg from 'pg'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import {
   type Answer,
@@ -26,14 +27,19 @@ const ADAPTER = '@oncely/server/koa'
 // Statuses Koa sends without a body (its `statuses.empty`).
 const EMPTY_STATUSES = new Set([204, 205, 304])
 
-/** Options of {@link idempotency}: `engine`, `tenant(ctx)` and `logger`. */
-export type KoaIdempotencyOptions = StandaloneAdapterOptions<Context>
+/**
+ * Options of {@link idempotency}: `engine`, `tenant(ctx)` and `logger`. `Tx` is the transaction type of the engine's
+ * datasource, inferred from `engine`.
+ */
+export type KoaIdempotencyOptions<Tx = pg.PoolClient> = StandaloneAdapterOptions<Context, [], Tx>
 
 /**
  * What the middleware puts on `ctx.state`: `idempotency`, the execution context (`tx`, `key`, ...), for the
- * middleware after it. Name it as the router's state type: `router.post<IdempotencyState>(path, idempotent(), ...)`.
+ * middleware after it. Name it as the router's state type: `router.post<KoaIdempotencyState>(path, idempotent(),
+ * ...)`, with your datasource's transaction when it is not node-postgres's:
+ * `KoaIdempotencyState<ExecutionContext<Transaction<DB>>>`.
  */
-export interface IdempotencyState<Context extends ExecutionContext | null = ExecutionContext> {
+export interface KoaIdempotencyState<Context extends ExecutionContext<unknown> | null = ExecutionContext> {
   /** The execution context: `tx` (the business transaction), `key`, `stepKey()`, ... */
   idempotency: Context
   /**
@@ -43,10 +49,15 @@ export interface IdempotencyState<Context extends ExecutionContext | null = Exec
   body: unknown
 }
 
-/** Makes the middleware after it on one route idempotent; see {@link idempotency}. */
-export interface KoaIdempotent {
-  (options?: IdempotencyRouteOptions & { required?: true }): Middleware<IdempotencyState>
-  (options: IdempotencyRouteOptions): Middleware<IdempotencyState<ExecutionContext | null>>
+/**
+ * Makes the middleware after it on one route idempotent; see {@link idempotency}. `ctx.state.idempotency.tx` is a
+ * `Tx`, the transaction type of the engine's datasource.
+ */
+export interface KoaIdempotent<Tx = pg.PoolClient> {
+  (
+    options?: IdempotencyRouteOptions & { required?: true },
+  ): Middleware<KoaIdempotencyState<ExecutionContext<Tx>>>
+  (options: IdempotencyRouteOptions): Middleware<KoaIdempotencyState<ExecutionContext<Tx> | null>>
 }
 
 /** The route @koa/router matched: the layer's path, with the prefixes of the routers it is mounted in. */
@@ -113,13 +124,13 @@ function sendBytes(ctx: Context, bytes: Buffer): void {
  *
  * @example
  * const idempotent = idempotency({ engine, tenant: (ctx) => ctx.state.accountId })
- * router.post<IdempotencyState>('/v1/payments', idempotent(), async (ctx) => {
+ * router.post<KoaIdempotencyState>('/v1/payments', idempotent(), async (ctx) => {
  *   const { rows } = await ctx.state.idempotency.tx.query('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100])
  *   ctx.status = 201
  *   ctx.body = { id: rows[0].id }
  * })
  */
-export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
+export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<Tx>): KoaIdempotent<Tx> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
   const log = options.logger ?? consoleLogger
@@ -128,7 +139,7 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
 
   function idempotent(
     routeOptions?: IdempotencyRouteOptions,
-  ): Middleware<IdempotencyState<ExecutionContext | null>> {
+  ): Middleware<KoaIdempotencyState<ExecutionContext<Tx> | null>> {
     if (typeof routeOptions === 'function') {
       throw new TypeError(
         'Expected the options of `idempotent()` (or nothing), not a handler: `router.post(path, idempotent(), handler)`.',
@@ -138,7 +149,7 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     return async function idempotentMiddleware(
-      ctx: ParameterizedContext<IdempotencyState<ExecutionContext | null>>,
+      ctx: ParameterizedContext<KoaIdempotencyState<ExecutionContext<Tx> | null>>,
       next: Next,
     ): Promise<void> {
       ctx.state.idempotency = null
@@ -212,7 +223,7 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
       answer(verdict)
     }
   }
-  return idempotent as KoaIdempotent
+  return idempotent as KoaIdempotent<Tx>
 }
 
 export type { AdapterLogger, FingerprintOptions, IdempotencyRouteOptions } from '../http/options.js'

@@ -46,7 +46,7 @@ export const IDEMPOTENT_ROUTE = 'oncely:idempotent'
 const kServed = Symbol('oncely.served')
 
 /** Where the execution context of a request lives: `request.idempotency`, as with the Express and Fastify adapters. */
-export type WithIdempotency = { idempotency?: ExecutionContext | null }
+export type WithIdempotency = { idempotency?: ExecutionContext<unknown> | null }
 
 // The request and response as the two platforms hand them out: Express's are Node's own objects, Fastify's wrap them.
 type PlatformRequest = WithIdempotency & {

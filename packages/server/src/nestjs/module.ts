@@ -140,16 +140,18 @@ export function Idempotent(options?: IdempotencyRouteOptions): MethodDecorator {
   return applyDecorators(SetMetadata(IDEMPOTENT_ROUTE, route), UseInterceptors(IdempotencyInterceptor))
 }
 
-const contextOf = (context: NestExecutionContext): ExecutionContext | null =>
+const contextOf = (context: NestExecutionContext): ExecutionContext<unknown> | null =>
   context.switchToHttp().getRequest<WithIdempotency>().idempotency ?? null
 
 /**
- * The business transaction of an `@Idempotent()` route (a `pg.PoolClient` for a node-postgres pool, or your
- * datasource's transaction): do every write of the request through it. `null` on an optional route
- * (`required: false`) called without a key.
+ * The business transaction of an `@Idempotent()` route, as your engine's datasource types it: do every write of the
+ * request through it. Nest's parameter decorators cannot type the parameter, so name the type there: a
+ * `pg.PoolClient` for a node-postgres pool, a Drizzle transaction, Kysely's `Transaction<DB>`, Knex's
+ * `Knex.Transaction`, ... (the server README's table of datasources lists each). `null` on an optional route
+ * (`required: false`) called without a key: type it `Transaction<DB> | null` there.
  *
  * @example
- * async create(@Body() body: Payment, @IdempotencyTx() tx: pg.PoolClient) {}
+ * async create(@Body() body: Payment, @IdempotencyTx() tx: Transaction<DB>) {}
  */
 export const IdempotencyTx: () => ParameterDecorator = createParamDecorator(
   (_data: unknown, context: NestExecutionContext) => contextOf(context)?.tx ?? null,
@@ -160,7 +162,7 @@ export const IdempotencyTx: () => ParameterDecorator = createParamDecorator(
  * `saveRecoveryPoint()`, ... `null` on an optional route called without a key.
  *
  * @example
- * async create(@IdempotencyContext() idempotency: ExecutionContext) {
+ * async create(@IdempotencyContext() idempotency: ExecutionContext<Transaction<DB>>) {
  *   await provider.charge({ idempotencyKey: idempotency.stepKey('charge') })
  * }
  */

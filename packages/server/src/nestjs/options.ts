@@ -17,14 +17,15 @@ export const ONCELY_ENGINE: unique symbol = Symbol('oncely.engine')
 /**
  * Options of `OncelyModule.forRoot()`: the engine, how to find the tenant of a request, and the logger.
  * `tenant` gets the platform's request (Express's `Request` or Fastify's `FastifyRequest`, after your guards ran)
- * and Nest's execution context.
+ * and Nest's execution context. The engine may be over any datasource: Nest's parameter decorators cannot carry its
+ * transaction type, so a handler names it where it takes `@IdempotencyTx() tx: Transaction<DB>`.
  *
  * @example
  * OncelyModule.forRoot({ engine, tenant: (request: { user: { accountId: string } }) => request.user.accountId })
  */
 // biome-ignore lint/suspicious/noExplicitAny: the platform's request, typed by the app's `tenant` function
 export interface OncelyModuleOptions<Request = any>
-  extends StandaloneAdapterOptions<Request, [context: NestExecutionContext]> {}
+  extends StandaloneAdapterOptions<Request, [context: NestExecutionContext], unknown> {}
 
 /** Options of `OncelyModule.forRootAsync()`: the options made by a factory, with Nest's dependency injection. */
 export interface OncelyModuleAsyncOptions {

@@ -127,7 +127,7 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
  * @example
  * import { instrumentEngine } from '@oncely/server/otel'
  * const engine = instrumentEngine(createEngine({ store: postgresStore({ pool }) }))
- * await app.register(idempotency, { engine, tenant: (request) => request.user.tenantId })
+ * await app.register(fastifyIdempotency, { engine, tenant: (request) => request.user.tenantId })
  */
 export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions = {}): Engine {
   if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')

@@ -9,7 +9,7 @@ import type { TestDatabase } from '@oncely/test-support'
 import Koa from 'koa'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import type { ExecutionContext } from '../../src/engine/types.js'
-import { type IdempotencyState, idempotency } from '../../src/koa/index.js'
+import { idempotency, type KoaIdempotencyState } from '../../src/koa/index.js'
 import { engineFor, freshKey, setupDatabase } from '../helpers.js'
 
 let db: TestDatabase
@@ -26,7 +26,7 @@ beforeAll(async () => {
     tenant: () => 'tenant_1',
     logger: { error: (_details, message) => errors.push(message) },
   })
-  const insert = async (ctx: { state: IdempotencyState }) => {
+  const insert = async (ctx: { state: KoaIdempotencyState }) => {
     await ctx.state.idempotency.tx.query('INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 1)', [
       'tenant_1',
       (ctx.state.body as { cart: string }).cart,
@@ -43,26 +43,26 @@ beforeAll(async () => {
     }
   })
   const router = new Router()
-  router.post<IdempotencyState>('/stream', idempotent(), async (ctx) => {
+  router.post<KoaIdempotencyState>('/stream', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.status = 201
     ctx.type = 'application/json'
     ctx.body = Readable.from(['{"streamed":', 'true}'])
   })
-  router.post<IdempotencyState>('/text', idempotent(), async (ctx) => {
+  router.post<KoaIdempotencyState>('/text', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.status = 202
     ctx.body = 'accepted'
   })
-  router.post<IdempotencyState>('/bytes', idempotent(), async (ctx) => {
+  router.post<KoaIdempotencyState>('/bytes', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.body = Buffer.from([1, 2, 3])
   })
-  router.post<IdempotencyState>('/empty', idempotent(), async (ctx) => {
+  router.post<KoaIdempotencyState>('/empty', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.status = 204
   })
-  router.post<IdempotencyState>('/raw', idempotent(), async (ctx) => {
+  router.post<KoaIdempotencyState>('/raw', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.respond = false
     ctx.res.statusCode = 200
@@ -70,7 +70,7 @@ beforeAll(async () => {
   })
   // The route's template is the layer's path with the prefixes of the routers it is mounted in.
   const nested = new Router({ prefix: '/v2' })
-  nested.post<IdempotencyState>('/accounts/:account/charges', idempotent(), async (ctx) => {
+  nested.post<KoaIdempotencyState>('/accounts/:account/charges', idempotent(), async (ctx) => {
     await insert(ctx)
     ctx.status = 201
     ctx.body = { account: ctx.params.account }
@@ -175,10 +175,10 @@ describe('misuse fails loudly', () => {
   it('types ctx.state.idempotency as present unless the route is optional', () => {
     const idempotent = idempotency({ engine: engineFor(db.pool).engine, tenant: () => 't' })
     const router = new Router()
-    router.post<IdempotencyState>('/a', idempotent(), async (ctx) => {
+    router.post<KoaIdempotencyState>('/a', idempotent(), async (ctx) => {
       expectTypeOf(ctx.state.idempotency).toEqualTypeOf<ExecutionContext>()
     })
-    router.post<IdempotencyState<ExecutionContext | null>>(
+    router.post<KoaIdempotencyState<ExecutionContext | null>>(
       '/b',
       idempotent({ required: false }),
       async (ctx) => {

@@ -14,11 +14,11 @@ import Koa from 'koa'
 import type pg from 'pg'
 import type { ExecutionContext } from '../../src/engine/types.js'
 import { idempotency as expressIdempotency } from '../../src/express/index.js'
-import { idempotency as fastifyIdempotency } from '../../src/fastify/index.js'
+import { fastifyIdempotency } from '../../src/fastify/index.js'
 import { idempotency as fetchIdempotency } from '../../src/fetch/index.js'
 import type { IdempotencyRouteOptions } from '../../src/http/options.js'
 import type { EngineEvent } from '../../src/index.js'
-import { type IdempotencyState, idempotency as koaIdempotency } from '../../src/koa/index.js'
+import { type KoaIdempotencyState, idempotency as koaIdempotency } from '../../src/koa/index.js'
 import type { TestingEngineOptions } from '../../src/testing/index.js'
 import { engineFor } from '../helpers.js'
 import { type NestPlatform, nestApp } from './nest-apps.js'
@@ -149,7 +149,7 @@ async function slow(ctx: ExecutionContext, tenant: string, body: PaymentBody, ga
 }
 
 /** The URL of a Node server once it listens, and how to close it. */
-async function listening(server: Server | ServerType): Promise<Pick<RunningApp, 'url' | 'close'>> {
+export async function listening(server: Server | ServerType): Promise<Pick<RunningApp, 'url' | 'close'>> {
   if (!server.listening) await new Promise<void>((resolve) => server.once('listening', resolve))
   const { port } = server.address() as AddressInfo
   return {
@@ -314,7 +314,7 @@ async function koaApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
   })
   const tenant = (ctx: { state: { tenant?: string } }) => claimed(ctx.state.tenant)
   const idempotent = koaIdempotency({ engine, tenant, logger: errorSink(errors) })
-  type State = IdempotencyState & { tenant: string }
+  type State = KoaIdempotencyState & { tenant: string }
   const router = new Router<{ tenant: string }>()
   router.post<State>('/v1/payments', idempotent({ ...PAYMENTS, required: true }), async (ctx) => {
     ctx.set(HANDLER_HEADERS)
@@ -343,7 +343,7 @@ async function koaApp(pool: pg.Pool, options: AppOptions): Promise<RunningApp> {
       ctx.body = result.body
     })
   }
-  router.post<IdempotencyState<ExecutionContext | null>>('/v1/notes', idempotent(NOTES), async (ctx) => {
+  router.post<KoaIdempotencyState<ExecutionContext | null>>('/v1/notes', idempotent(NOTES), async (ctx) => {
     await ctx.state.idempotency?.tx.query('SELECT 1')
     ctx.body = { ok: true, keyed: ctx.state.idempotency !== null }
   })

@@ -5,14 +5,20 @@
 // see the suite fail when the writes go through a second connection of the same library.
 import type { ChildProcessWithoutNullStreams } from 'node:child_process'
 import { createInterface } from 'node:readline'
+import { serve } from '@hono/node-server'
 import { createTestDatabase, spawnTsx, type TestDatabase } from '@oncely/test-support'
+import express from 'express'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
-import { idempotency } from '../../src/fastify/index.js'
-import { type ExecuteInput, insertOrExisting, migrate, postgresStore } from '../../src/index.js'
+import { idempotency as expressIdempotency } from '../../src/express/index.js'
+import { fastifyIdempotency } from '../../src/fastify/index.js'
+import { idempotency as fetchIdempotency } from '../../src/fetch/index.js'
+import { createInbox } from '../../src/inbox/index.js'
+import { type Engine, type ExecuteInput, insertOrExisting, migrate, postgresStore } from '../../src/index.js'
 import { enqueue } from '../../src/outbox/index.js'
 import { steps } from '../../src/steps/index.js'
 import { createEngineForTesting, type TestingEngineOptions } from '../../src/testing/index.js'
+import { listening } from '../adapters/servers.js'
 import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from '../helpers.js'
 import { type DatasourceUnderTest, datasourceName, oneConnection, openDatasource } from './registry.js'
 
@@ -45,6 +51,44 @@ function engineWith(options: Partial<TestingEngineOptions<unknown>> = {}) {
     replayCache: false,
     ...options,
   })
+}
+
+type PaymentsServer = (engine: Engine<unknown>) => Promise<{ url: string; close(): Promise<void> }>
+
+/** POST /v1/payments through each HTTP adapter, booking `{ cart }` in the route's own `tx`. */
+const paymentServers: Record<string, PaymentsServer> = {
+  async Fastify(engine) {
+    const app = Fastify()
+    await app.register(fastifyIdempotency, { engine, tenant: () => 't' })
+    app.post('/v1/payments', { config: { idempotency: true } }, async (req) => {
+      const { cart } = req.body as { cart: string }
+      await ds.pay(req.idempotency.tx, cart)
+      return { cart }
+    })
+    return { url: await app.listen({ port: 0, host: '127.0.0.1' }), close: () => app.close() }
+  },
+  Express(engine) {
+    const idempotent = expressIdempotency({ engine, tenant: () => 't' })
+    const app = express()
+    app.post(
+      '/v1/payments',
+      idempotent(async (req, res) => {
+        const { cart } = req.body as { cart: string }
+        await ds.pay(req.idempotency.tx, cart)
+        res.json({ cart })
+      }),
+    )
+    return listening(app.listen(0, '127.0.0.1'))
+  },
+  Fetch(engine) {
+    const idempotent = fetchIdempotency({ engine, tenant: () => 't' })
+    const handler = idempotent(async (_request, { body, idempotency }) => {
+      const { cart } = body as { cart: string }
+      await ds.pay(idempotency.tx, cart)
+      return Response.json({ cart })
+    })
+    return listening(serve({ fetch: handler, port: 0, hostname: '127.0.0.1' }))
+  },
 }
 
 const request = (key: string, handler: ExecuteInput<unknown>['handler']): ExecuteInput<unknown> => ({
@@ -285,27 +329,49 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
     expect(await ds.payments(cart)).toBe(2)
   })
 
-  it('through the Fastify adapter: a write in request.idempotency.tx, replayed', async () => {
-    const app = Fastify()
-    await app.register(idempotency, { engine: engineWith() as never, tenant: () => 't' })
-    app.post('/v1/payments', { config: { idempotency: true } }, async (req) => {
-      const body = req.body as { cart: string }
-      await ds.pay((req.idempotency as { tx: unknown }).tx, body.cart)
-      return { cart: body.cart }
-    })
-    onTestFinished(() => app.close())
-    const cart = freshKey()
-    const post = () =>
-      app.inject({
-        method: 'POST',
-        url: '/v1/payments',
-        headers: { 'idempotency-key': cart, 'content-type': 'application/json' },
-        payload: { cart },
+  // Each HTTP adapter hands the route the datasource's own transaction, typed as the engine's (no cast), over a real
+  // socket: the write in it commits with the key, and the retry replays without running the route again.
+  it.each(Object.keys(paymentServers))(
+    "through the %s adapter: a write in the route's tx, replayed",
+    async (adapter) => {
+      const server = await paymentServers[adapter]?.(engineWith())
+      if (!server) throw new Error(`no server for ${adapter}`)
+      onTestFinished(() => server.close())
+      const cart = freshKey()
+      const post = () =>
+        fetch(`${server.url}/v1/payments`, {
+          method: 'POST',
+          headers: { 'idempotency-key': cart, 'content-type': 'application/json' },
+          body: JSON.stringify({ cart }),
+        })
+      const first = await post()
+      expect(first.status).toBe(200)
+      expect(await first.json()).toEqual({ cart })
+      const replay = await post()
+      expect(replay.headers.get('idempotent-replayed')).toBe('true')
+      expect(await replay.json()).toEqual({ cart })
+      expect(await ds.payments(cart)).toBe(1)
+    },
+  )
+
+  it('the inbox applies a message once in its transaction; a failed delivery leaves nothing', async () => {
+    const inbox = createInbox({ engine: engineWith(), consumer: 'billing', onEvent: () => {} })
+    const messageId = freshKey()
+    const deliver = (fail: boolean) =>
+      inbox.consume({
+        messageId,
+        payload: { cart: messageId },
+        handler: async ({ tx }) => {
+          await ds.pay(tx, messageId)
+          if (fail) throw new Error('after the write')
+          return { cart: messageId }
+        },
       })
-    expect((await post()).statusCode).toBe(200)
-    const replay = await post()
-    expect(replay.headers['idempotent-replayed']).toBe('true')
-    expect(await ds.payments(cart)).toBe(1)
+    expect(await deliver(true)).toMatchObject({ kind: 'failed' })
+    expect(await ds.payments(messageId)).toBe(0)
+    expect(await deliver(false)).toMatchObject({ kind: 'processed', result: { cart: messageId } })
+    expect(await deliver(false)).toMatchObject({ kind: 'duplicate', result: { cart: messageId } })
+    expect(await ds.payments(messageId)).toBe(1)
   })
 
   // Left out on one connection: the database lives in the process (PGlite runs in it), so the killed process takes

@@ -4,8 +4,8 @@
 // commits (no one could take its key meanwhile). The datasource contract runs under it too ('lock on pglite',
 // 'row on pglite'); this file runs under both protocols.
 import { PGlite, type Transaction } from '@electric-sql/pglite'
-import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
+import { idempotency } from '../../src/fetch/index.js'
 import { createEngine, type ExecuteInput, migrate, postgresStore } from '../../src/index.js'
 import { pglite } from '../../src/pglite/index.js'
 import { createEngineForTesting } from '../../src/testing/index.js'
@@ -173,31 +173,25 @@ describe(`the PGlite datasource (reservation: '${reservation}')`, () => {
     expect(await payments(key)).toBe(1)
   })
 
-  it('through the Fastify plugin, tested with app.inject: one payment, the retry replayed', async () => {
-    const { idempotency } = await import('../../src/fastify/index.js')
+  it('through the Fetch adapter, its handler called without a server: one payment, the retry replayed', async () => {
     const engine = createEngine({ store: postgresStore({ database: pglite({ db }) }), reservation })
-    const app = Fastify()
-    await app.register(idempotency, { engine: engine as never, tenant: () => 't' })
-    app.post('/v1/payments', { config: { idempotency: true } }, async (req) => {
-      const tx = req.idempotency.tx as unknown as Transaction
-      const { cart } = req.body as { cart: string }
-      await tx.query('INSERT INTO payments (cart) VALUES ($1)', [cart])
-      return { cart }
+    // `tx` is PGlite's own Transaction, inferred from the engine.
+    const handler = idempotency({ engine, tenant: () => 't' })(async (_request, { body, idempotency }) => {
+      const { cart } = body as { cart: string }
+      await idempotency.tx.query('INSERT INTO payments (cart) VALUES ($1)', [cart])
+      return Response.json({ cart })
     })
     const cart = freshKey()
     const post = () =>
-      app.inject({
-        method: 'POST',
-        url: '/v1/payments',
-        headers: { 'idempotency-key': cart },
-        payload: { cart },
-      })
-    try {
-      expect((await post()).statusCode).toBe(200)
-      expect((await post()).headers['idempotent-replayed']).toBe('true')
-      expect(await payments(cart)).toBe(1)
-    } finally {
-      await app.close()
-    }
+      handler(
+        new Request('http://localhost/v1/payments', {
+          method: 'POST',
+          headers: { 'idempotency-key': cart, 'content-type': 'application/json' },
+          body: JSON.stringify({ cart }),
+        }),
+      )
+    expect((await post()).status).toBe(200)
+    expect((await post()).headers.get('idempotent-replayed')).toBe('true')
+    expect(await payments(cart)).toBe(1)
   })
 })
