@@ -1,8 +1,8 @@
 -- oncely: the outbox records the tenant ("scope", as in the key record) and carries it in its unique keys, so the
 -- outbox can be spread over several Postgres nodes by tenant (on Citus: distribute() in @oncely/server) next to the
 -- tenant's key records and business rows: a distributed table's unique keys must contain its distribution column.
--- Rows written before this migration have the empty scope. Safe to run again (a second key table in the same schema
--- runs it too).
+-- Rows written before this migration have the empty scope. Safe to run again (versions before migration 005 ran
+-- it once per key table of the schema).
 -- {{schema}} is replaced with a quoted identifier by migrate() and renderMigrations().
 ALTER TABLE {{schema}}.outbox ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_scope_id_key ON {{schema}}.outbox (scope, id);

@@ -20,7 +20,8 @@ export interface BackstopOptions<T, Tx = pg.PoolClient> {
   database?: Database<Tx>
 }
 
-function isUniqueViolation(error: unknown, constraint: string): boolean {
+/** True when `error` is a unique violation (23505) of `constraint`, as any datasource or Citus reports it. */
+export function isUniqueViolation(error: unknown, constraint: string): boolean {
   const e = error as {
     code?: unknown
     constraint?: unknown

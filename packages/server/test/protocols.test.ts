@@ -249,6 +249,90 @@ describe('both protocols on one table', () => {
     expect(await paymentsFor(db.pool, key)).toBe(1)
   })
 
+  it('a lock-protocol attempt whose INSERT meets a row-protocol reservation still running is fenced out', async () => {
+    // The lock attempt found no row, so it finishes with a plain INSERT: the unique violation is the fence.
+    const lockReached = gate()
+    const rowReserved = gate()
+    const rowMayFinish = gate()
+    const { engine, events } = lockEngine()
+    const key = freshKey()
+    const locked = engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await pay(key, { by: 'lock' })(ctx)
+          lockReached.open()
+          await rowReserved.opened
+          return { status: 201, body: { by: 'lock' } }
+        },
+      }),
+    )
+    await lockReached.opened
+    const row = rowEngine().engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          rowReserved.open()
+          await rowMayFinish.opened
+          return pay(key, { by: 'row' })(ctx)
+        },
+      }),
+    )
+    const outcome = await locked
+    // Not a 500, not an execution: the key is another attempt's, still running.
+    expect(outcome.kind).toBe('lease_expired')
+    expect(events.filter((e) => e.type === 'fenced_out')).toHaveLength(1)
+    expect(await paymentsFor(db.pool, key)).toBe(0)
+    rowMayFinish.open()
+    expect(await row).toMatchObject({ kind: 'executed', attempt: 1 })
+    expect(await paymentsFor(db.pool, key)).toBe(1)
+    expect(await engine.execute(input(key))).toMatchObject({ kind: 'replayed' })
+  })
+
+  it("a lock-protocol attempt's permanent failure meeting a row-protocol record is fenced out too", async () => {
+    const reached = gate()
+    const { opened, open } = gate()
+    const { engine } = lockEngine()
+    const key = freshKey()
+    const locked = engine.execute(
+      input(key, {
+        handler: async () => {
+          reached.open()
+          await opened
+          throw Object.assign(new Error('refused'), { statusCode: 400 })
+        },
+      }),
+    )
+    await reached.opened
+    expect(await rowEngine().engine.execute(input(key, { handler: pay(key, { by: 'row' }) }))).toMatchObject({
+      kind: 'executed',
+    })
+    open()
+    const outcome = await locked
+    expect(outcome).toMatchObject({ kind: 'replayed', fencedOut: true })
+    if (outcome.kind === 'replayed')
+      expect(JSON.parse(outcome.response.body.toString())).toEqual({ by: 'row' })
+    expect(await record(key)).toMatchObject({ status: 'succeeded', response_status: 201 })
+  })
+
+  it('a unique violation of a business constraint at COMMIT is a store failure, not a fence', async () => {
+    await db.pool.query(
+      `CREATE TABLE IF NOT EXISTS deferred_carts (cart text UNIQUE DEFERRABLE INITIALLY DEFERRED)`,
+    )
+    const { engine } = lockEngine()
+    const key = freshKey()
+    const outcome = await engine.execute(
+      input(key, {
+        handler: async (ctx) => {
+          await ctx.tx.query('INSERT INTO deferred_carts VALUES ($1), ($1)', [key])
+          return { status: 201, body: {} }
+        },
+      }),
+    )
+    expect(outcome.kind).toBe('unavailable')
+    expect(await record(key)).toBeUndefined()
+    // Nothing committed, so the next attempt runs.
+    expect(await engine.execute(input(key, { handler: pay(key) }))).toMatchObject({ kind: 'executed' })
+  })
+
   it('with unsafe.disableFencing, the same race commits twice (the fence is what prevents it)', async () => {
     const { opened, open } = gate()
     const reached = gate()

@@ -39,8 +39,10 @@ it('prepares its statements once per table on a shared connection, and both tabl
     `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name`,
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
-  // The row protocol's reservation and completion; the lock protocol's lock, lookup and finish: once per table.
-  const prepared = reservation === 'row' ? ['complete', 'reserve'] : ['finish', 'lock', 'locked_lookup']
+  // The row protocol's reservation and completion; the lock protocol's lock, lookup and the finish of a new key (a
+  // plain INSERT): once per table, each named after the property that builds it.
+  const prepared =
+    reservation === 'row' ? ['complete', 'reserve'] : ['insert_finished', 'lock', 'locked_lookup']
   expect(kinds.sort()).toEqual(prepared.flatMap((kind) => [`oncely_${kind}_sql`, `oncely_${kind}_sql`]))
   for (const table of ['keys_a', 'keys_b']) {
     expect(rows.filter((row) => row.statement.includes(`"oncely"."${table}"`))).toHaveLength(prepared.length)

@@ -4,19 +4,10 @@
 // per connection), or, where nothing may be prepared (a transaction-mode pooler), as its text with the arguments in
 // place; either way the arguments are SQL literals, typed by the statement's parameter types.
 import type { Statement, Step } from '../store/database.js'
+import { quoteLiteral as sqlString } from '../store/identifiers.js'
 
 /** Bodies up to this size travel as a hex literal in a message; larger ones as a binary parameter on their own. */
 export const INLINE_BYTES = 32_768
-
-const NEEDS_ESCAPE = /['\\]/
-
-/** A string as an SQL literal, correct whatever `standard_conforming_strings` is (the same rules as pg's). */
-export function sqlString(value: string): string {
-  // Most values (uuids, hex digests, plain keys) need no escaping: one scan instead of two replacements.
-  if (!NEEDS_ESCAPE.test(value)) return `'${value}'`
-  const quoted = `'${value.replaceAll("'", "''")}'`
-  return value.includes('\\') ? ` E${quoted.replaceAll('\\', '\\\\')}` : quoted
-}
 
 /** One argument as an SQL literal of its parameter's type. */
 export function sqlLiteral(value: unknown, type: string): string {

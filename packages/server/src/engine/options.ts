@@ -98,6 +98,9 @@ export function resolveOptions<Tx>(
  */
 export const MAX_NAME_BYTES = 512
 
+/** The longest key, in characters (as the protocol's `Idempotency-Key` header allows). */
+export const MAX_KEY_CHARACTERS = 255
+
 /**
  * What is wrong with the strings that name a key record (and the fingerprint, when given), or `undefined`. A scope
  * or operation over {@link MAX_NAME_BYTES} is refused here, as a mistake in the caller, rather than by the index,
@@ -109,6 +112,9 @@ export function recordIdProblem(input: KeyId & { fingerprint?: string }): string
     const value = input[name]
     if (typeof value !== 'string' || value.length === 0)
       return `Expected \`${name}\` to be a non-empty string.`
+    // The key table has no CHECK on it (migration 005): the length it held is checked here, in characters.
+    if (name === 'key' && value.length > MAX_KEY_CHARACTERS && [...value].length > MAX_KEY_CHARACTERS)
+      return `Expected \`key\` to have at most ${MAX_KEY_CHARACTERS} characters, got ${[...value].length}.`
     if ((name === 'scope' || name === 'operation') && value.length * 3 > MAX_NAME_BYTES) {
       const bytes = Buffer.byteLength(value)
       if (bytes > MAX_NAME_BYTES)

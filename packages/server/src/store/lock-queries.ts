@@ -2,47 +2,30 @@
 // lock on the key, the key's row read after it, and the finished record written as one fenced upsert just before
 // COMMIT (a datasource may send the lock and the lookup with their BEGIN, and the finish with its COMMIT, in one
 // message each).
-import type { Statement } from './database.js'
-import type { TableNames } from './identifiers.js'
+import { isUniqueViolation } from '../backstop.js'
+import { quoteLiteral, type TableNames } from './identifiers.js'
 import {
+  bind,
   FENCE_MARKER,
+  ID_TYPES,
   KEEP_RECOVERY_POINT,
   LOOKUP_COLUMNS,
   type LookupRow,
   leaseGuard,
   ms,
-  named,
   PK,
   type RecordId,
   replaceRow,
   SERVER,
-  sqlConstant,
+  statementTexts,
 } from './queries.js'
 
 /**
- * The advisory lock. It is a 64-bit hash of the table, scope, operation and key (length-prefixed, so no two triples
- * share a text), transaction-scoped, so it ends with the business transaction whatever happens to the process. A
- * collision of two in-flight keys only answers one of them 409.
- *
- * The same statement arms the lease guard ({@link leaseGuard}, the lease in milliseconds as `$4`): the
- * transaction, and so the lock, cannot outlive a holder that stopped while alive by more than the lease.
- *
- * The key's row is read by the next statement ({@link lockedLookupText}), never by this one: a statement reads with
- * the snapshot taken when it started, before its lock was granted, so it can miss the record of a holder that
- * committed (and so let go of the lock) in between, and run the handler a second time. The next statement's snapshot
- * is taken after the lock was granted: it sees every commit of whoever held the lock before.
+ * The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3), length-prefixed so
+ * no two triples share a text. Every version of oncely must hash the same text, or two of them would run one key.
  */
-export function lock(names: TableNames, id: RecordId, leaseGuardMs: number): Statement {
-  return named(
-    names,
-    'lock',
-    ['text', 'text', 'text', 'text'],
-    () =>
-      `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AS locked, ${leaseGuard('$4')} AS lease_guard, ${SERVER}
-${onKeysShard(names)}`,
-    [id.scope, id.operation, id.key, String(leaseGuardMs)],
-  )
-}
+const lockKey = (names: TableNames) =>
+  `hashtextextended(${quoteLiteral(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
 
 /**
  * A FROM clause that names the key's row but reads nothing of it (`LIMIT 0`): one row, whatever is stored. On Citus a
@@ -54,19 +37,7 @@ const onKeysShard = (names: TableNames) =>
   `FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM ${names.qualified}
   WHERE ${PK} LIMIT 0) AS on_keys_shard ON true`
 
-/** The key's row, read by the statement after {@link lock}. */
-export function lockedLookup(names: TableNames, id: RecordId): Statement {
-  return named(names, 'locked_lookup', ['text', 'text', 'text'], () => lockedRow(names), [
-    id.scope,
-    id.operation,
-    id.key,
-  ])
-}
-
-/** The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3). */
-const lockKey = (names: TableNames) =>
-  `hashtextextended(${sqlConstant(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
-
+/** The key's row as the lock protocol reads it; `version` identifies the row version for the finishing fence. */
 const lockedRow = (names: TableNames) =>
   `SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
   FROM ${names.qualified} WHERE ${PK}`
@@ -93,38 +64,146 @@ const holderMs = (
   FROM pg_stat_get_activity(NULL) a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
 
 /**
- * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
- * probe that took it, even for one statement, could make a real attempt fail to get it and answer 409 for nothing.
+ * Which row versions an attempt may replace: the one it saw after taking the lock, or one carrying its own token
+ * (written by its own recovery point). As SQL over `k` (the existing row), with the seen version and status, and
+ * the token, as parameters.
  */
-export function inspect(names: TableNames, id: RecordId): Statement {
-  return named(
-    names,
-    'inspect_lock',
-    ['text', 'text', 'text'],
-    () => `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*, ${SERVER}
+const ours = (version: string, status: string, token: string) =>
+  `((k.updated_at = ${version}::timestamptz AND k.status = ${status}) OR (k.lock_token = ${token}::uuid AND k.status = 'in_progress'))`
+
+/** The unfenced finish's stand-in for {@link ours}: always true, using the same parameters so the types hold. */
+const ANY_ROW = '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
+
+/**
+ * The finished record's columns and values, the same for the plain INSERT and the upsert, with the parameters of
+ * the retention and the attempt's number (which follow the seen version and status in the upsert's).
+ */
+const finishedRow = (names: TableNames, retention: string, attempt: string) =>
+  `INTO ${names.qualified} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
+  response_headers, response_body, attempts, created_at, updated_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, ${attempt}, now(), now(), now() + ${ms(retention)})`
+
+/**
+ * The finished record of a key the attempt found absent, as a plain INSERT. The attempt holds the key's lock, so
+ * no attempt of this protocol can have written the row since; a unique violation on the primary key means another
+ * writer did (an attempt of the row protocol), and is read as fenced out (see {@link isFinishConflict}): the
+ * transaction, business writes included, is rolled back. No ON CONFLICT clause: its arbiter check costs every new
+ * key a second look at the index.
+ */
+const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, '$10', '$11')}`
+
+/**
+ * The finished record over a row the attempt saw, as one upsert, fenced: it replaces only the row version this
+ * attempt saw (an expired, released or abandoned record it took over) or the one its own recovery point wrote. When
+ * anything else happened to the row meanwhile (another protocol's reservation, a late completion by an attempt whose
+ * lease ran out), the statement fails with {@link FENCE_MARKER} and the transaction, business writes included, is
+ * rolled back. A key that was not expired keeps its first expiry, as in the row protocol.
+ *
+ * The failure is a cast of a text that depends on the row, so the planner cannot fold it into a constant (and fail
+ * at PREPARE); an upsert with a WHERE clause would instead report zero rows, which would take a round trip to
+ * inspect before the COMMIT.
+ */
+const finishText = (names: TableNames, fenced: boolean) =>
+  `INSERT ${finishedRow(names, '$12', '$13')}
+ON CONFLICT (scope, operation, key) DO UPDATE SET
+  ${replaceRow({
+    status: `CASE WHEN ${fenced ? ours('$10', '$11', '$14') : ANY_ROW} THEN excluded.status ELSE (k.status || ${quoteLiteral(` ${FENCE_MARKER}`)})::int::text END`,
+    attempts: 'excluded.attempts',
+    recoveryPoint: KEEP_RECOVERY_POINT,
+  })}`
+
+/** The finished record's parameters: the id, fingerprint, status, response, request headers. */
+const RECORD_TYPES = [...ID_TYPES, 'text', 'text', 'integer', 'jsonb', 'bytea', 'jsonb']
+const INSERT_TYPES = [...RECORD_TYPES, 'float8', 'integer']
+// The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
+// that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
+const FINISH_TYPES = [...RECORD_TYPES, 'timestamptz', 'text', 'float8', 'integer', 'uuid']
+
+/**
+ * The statements of the lock protocol for a table, built once per engine; `fenced: false` (only to prove, in the
+ * chaos suite, that the fence is what prevents duplicates) finishes every key with an upsert that replaces any row.
+ */
+export function lockStatements(names: TableNames, fenced: boolean) {
+  const texts = statementTexts({
+    /**
+     * The advisory lock, transaction-scoped, so it ends with the business transaction whatever happens to the
+     * process. A collision of two in-flight keys only answers one of them 409. The same statement arms the lease
+     * guard ({@link leaseGuard}, the lease in milliseconds as `$4`): the transaction, and so the lock, cannot outlive
+     * a holder that stopped while alive by more than the lease. `locked` is true only when both ran (an AND is true
+     * only once both sides were evaluated, in whichever order); a lock not granted needs no guard.
+     *
+     * The key's row is read by the next statement (`lockedLookup`), never by this one: a statement reads with the
+     * snapshot taken when it started, before its lock was granted, so it can miss the record of a holder that
+     * committed (and so let go of the lock) in between, and run the handler a second time. The next statement's
+     * snapshot is taken after the lock was granted: it sees every commit of whoever held the lock before.
+     */
+    lock: {
+      types: [...ID_TYPES, 'text'],
+      text: `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AND ${leaseGuard('$4')} IS NOT NULL AS locked, ${SERVER}
+${onKeysShard(names)}`,
+    },
+    lockedLookup: { types: ID_TYPES, text: lockedRow(names) },
+    /**
+     * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
+     * probe that took it, even for one statement, could make a real attempt fail to get it and answer 409 for
+     * nothing.
+     */
+    inspect: {
+      types: ID_TYPES,
+      text: `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*, ${SERVER}
 FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
-    [id.scope, id.operation, id.key],
-  )
+    },
+    /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
+    holder: { types: ID_TYPES, text: `SELECT ${holderMs(names)} ${onKeysShard(names)}` },
+    insertFinished: { types: INSERT_TYPES, text: insertFinishedText(names) },
+    finish: { types: FINISH_TYPES, text: finishText(names, fenced) },
+    saveRecoveryPoint: { types: SAVE_TYPES, text: saveRecoveryPointText(names) },
+  })
+  const key = (id: RecordId) => [id.scope, id.operation, id.key]
+  return {
+    lock: (id: RecordId, leaseGuardMs: number) => bind(texts.lock, [...key(id), String(leaseGuardMs)]),
+    lockedLookup: (id: RecordId) => bind(texts.lockedLookup, key(id)),
+    inspect: (id: RecordId) => bind(texts.inspect, key(id)),
+    holder: (id: RecordId) => bind(texts.holder, key(id)),
+    /**
+     * The finished record, sent last before the COMMIT: a plain INSERT when the attempt found no row and wrote none
+     * (no recovery point), the fenced upsert otherwise (or always, unfenced).
+     */
+    finish: (id: RecordId, record: FinishRecord) =>
+      fenced && record.seen === null && record.token === null
+        ? bind(texts.insertFinished, [...recordValues(id, record), record.retentionMs, record.attempt])
+        : bind(texts.finish, [
+            ...recordValues(id, record),
+            record.seen?.version ?? null,
+            record.seen?.status ?? null,
+            record.retentionMs,
+            record.attempt,
+            record.token ?? NO_TOKEN,
+          ]),
+    saveRecoveryPoint: (id: RecordId, save: LockedRecoveryPoint) =>
+      bind(texts.saveRecoveryPoint, saveValues(id, save)),
+  }
 }
 
-/** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
-export function holder(names: TableNames, id: RecordId): Statement {
-  return named(
-    names,
-    'lock_holder',
-    ['text', 'text', 'text'],
-    () => `SELECT ${holderMs(names)} ${onKeysShard(names)}`,
-    [id.scope, id.operation, id.key],
-  )
+/** What {@link lockStatements} builds. */
+export type LockStatements = ReturnType<typeof lockStatements>
+
+/**
+ * True when `error` is the plain INSERT of a finished record meeting a row another writer inserted meanwhile (a
+ * unique violation on the key table's primary key, SQLSTATE 23505): the attempt is fenced out. A violation of any
+ * other constraint (a business table's, or a deferred one at COMMIT) is not.
+ */
+export function isFinishConflict(names: TableNames, error: unknown): boolean {
+  return isUniqueViolation(error, names.primaryKey)
 }
 
 /** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
-export type InspectedLock = { held: boolean; holder_ms: number | null } & (
+export type InspectedLock = { held: boolean; holder_ms: number | null; server: number } & (
   | LockedLookupRow
   | { [K in keyof LockedLookupRow]: null }
 )
 
-/** The lock statement's answer: whether the lock was granted. */
+/** The lock statement's answer: whether the lock was granted (and the lease guard armed). */
 export interface Locked {
   locked: boolean
   server: number
@@ -138,7 +217,7 @@ export interface LockedLookupRow extends LookupRow {
   version: string
 }
 
-/** What the finishing upsert stores. */
+/** What the finish stores. */
 export interface FinishRecord {
   fingerprint: string
   status: 'succeeded' | 'failed_permanent'
@@ -149,65 +228,18 @@ export interface FinishRecord {
   seen: { version: string; status: string } | null
   /** This attempt's number, stored as `attempts`. */
   attempt: number
-  /** This attempt's token: a row it saved a recovery point on carries it (see {@link saveRecoveryPoint}). */
-  token: string
+  /**
+   * This attempt's token, once its first recovery point wrote a row carrying it (see {@link saveRecoveryPoint}), and
+   * null before: the finish then replaces that row instead of inserting.
+   */
+  token: string | null
 }
 
-/**
- * Which row versions an attempt may replace: the one it saw after taking the lock, or one carrying its own token
- * (written by its own recovery point). As SQL over `k` (the existing row), with the seen version and status, and
- * the token, as parameters.
- */
-const ours = (version: string, status: string, token: string) =>
-  `((k.updated_at = ${version}::timestamptz AND k.status = ${status}) OR (k.lock_token = ${token}::uuid AND k.status = 'in_progress'))`
+/** A uuid no row carries: the finish's token parameter when the attempt saved no recovery point. */
+const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 
-/**
- * The finished record as one upsert, fenced: it inserts when there is no row, and otherwise replaces only the row
- * version this attempt saw (an expired, released or abandoned record it took over). When anything else happened to
- * the row meanwhile (another protocol's reservation, a late completion by an attempt whose lease ran out), the
- * statement fails with {@link FENCE_MARKER} and the transaction, business writes included, is rolled back. A key
- * that was not expired keeps its first expiry, as in the row protocol.
- *
- * The failure is a cast of a text that depends on the row, so the planner cannot fold it into a constant (and fail
- * at PREPARE); an upsert with a WHERE clause would instead report zero rows, which would take a round trip to
- * inspect before the COMMIT.
- */
-function finishText(names: TableNames, fenced: boolean): string {
-  const t = names.qualified
-  const fence = fenced
-    ? ours('$10', '$11', '$14')
-    : '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
-  return `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
-  response_headers, response_body, attempts, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, $13, now(), now(), now() + ${ms('$12')})
-ON CONFLICT (scope, operation, key) DO UPDATE SET
-  ${replaceRow({
-    status: `CASE WHEN ${fence} THEN excluded.status ELSE (k.status || ${sqlConstant(` ${FENCE_MARKER}`)})::int::text END`,
-    attempts: 'excluded.attempts',
-    recoveryPoint: KEEP_RECOVERY_POINT,
-  })}`
-}
-
-// The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
-// that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
-const FINISH_TYPES = [
-  'text',
-  'text',
-  'text',
-  'text',
-  'text',
-  'integer',
-  'jsonb',
-  'bytea',
-  'jsonb',
-  'timestamptz',
-  'text',
-  'float8',
-  'integer',
-  'uuid',
-]
-
-function finishValues(id: RecordId, record: FinishRecord): unknown[] {
+/** The values of {@link RECORD_TYPES}. */
+function recordValues(id: RecordId, record: FinishRecord): unknown[] {
   return [
     id.scope,
     id.operation,
@@ -218,25 +250,8 @@ function finishValues(id: RecordId, record: FinishRecord): unknown[] {
     JSON.stringify(record.response.headers),
     record.response.body,
     record.requestHeaders === null ? null : JSON.stringify(record.requestHeaders),
-    record.seen?.version ?? null,
-    record.seen?.status ?? null,
-    record.retentionMs,
-    record.attempt,
-    record.token,
   ]
 }
-
-/** The finishing upsert, sent last before the COMMIT. */
-export function finish(names: TableNames, id: RecordId, record: FinishRecord, fenced: boolean): Statement {
-  return named(
-    names,
-    fenced ? 'finish' : 'finish_unfenced',
-    FINISH_TYPES,
-    () => finishText(names, fenced),
-    finishValues(id, record),
-  )
-}
-
 /** What a recovery point saved under the lock protocol writes. */
 export interface LockedRecoveryPoint {
   fingerprint: string
@@ -255,29 +270,43 @@ export interface LockedRecoveryPoint {
  * behaves as in the row protocol if this attempt dies: duplicates get 409 until the lease runs out, then the next
  * attempt takes over with the saved point. Fenced like the finish; zero rows means another attempt got the key.
  */
-export function saveRecoveryPoint(names: TableNames, id: RecordId, save: LockedRecoveryPoint): Statement {
-  const t = names.qualified
-  return {
-    text: `INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until,
-  request_headers, recovery_point, attempts, created_at, updated_at, expires_at)
+const saveRecoveryPointText = (
+  names: TableNames,
+) => `INSERT INTO ${names.qualified} AS k (scope, operation, key,
+  fingerprint, status, lock_token, locked_until, request_headers, recovery_point, attempts, created_at, updated_at,
+  expires_at)
 VALUES ($1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $7::jsonb, $8, $9, now(), now(),
   now() + ${ms('$10')})
 ON CONFLICT (scope, operation, key) DO UPDATE SET
   ${replaceRow({ status: 'excluded.status', attempts: 'excluded.attempts', recoveryPoint: 'excluded.recovery_point' })}
-WHERE ${ours('$11', '$12', '$5')}`,
-    values: [
-      id.scope,
-      id.operation,
-      id.key,
-      save.fingerprint,
-      save.token,
-      save.leaseMs,
-      save.requestHeaders === null ? null : JSON.stringify(save.requestHeaders),
-      save.point,
-      save.attempt,
-      save.retentionMs,
-      save.seen?.version ?? null,
-      save.seen?.status ?? null,
-    ],
-  }
+WHERE ${ours('$11', '$12', '$5')}`
+
+const SAVE_TYPES = [
+  ...ID_TYPES,
+  'text',
+  'uuid',
+  'float8',
+  'jsonb',
+  'text',
+  'integer',
+  'float8',
+  'timestamptz',
+  'text',
+]
+
+function saveValues(id: RecordId, save: LockedRecoveryPoint): unknown[] {
+  return [
+    id.scope,
+    id.operation,
+    id.key,
+    save.fingerprint,
+    save.token,
+    save.leaseMs,
+    save.requestHeaders === null ? null : JSON.stringify(save.requestHeaders),
+    save.point,
+    save.attempt,
+    save.retentionMs,
+    save.seen?.version ?? null,
+    save.seen?.status ?? null,
+  ]
 }

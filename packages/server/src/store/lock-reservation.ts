@@ -24,15 +24,14 @@ export interface LockClaim<Tx = unknown> extends Claim<Tx> {
   token: string | undefined
 }
 
-/** A uuid no row carries: the finish's token when the attempt saved no recovery point. */
-const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
-
 export function lockReservation<Tx>(
   store: ResolvedStore<Tx>,
   fenced: boolean,
   observe: ServerObserver = () => {},
 ): ReservationProtocol<LockClaim<Tx>> {
   const { database, names } = store
+  const sql = lq.lockStatements(names, fenced)
+  const keySql = q.keyStatements(names)
   // The lease guard is a fence too: the unfenced engine goes without it, and so does one connection, where no other
   // attempt can take the key over while the transaction is open.
   const guardMs = (request: ReserveRequest) => (fenced && !database.oneConnection ? request.leaseMs : 0)
@@ -48,22 +47,33 @@ export function lockReservation<Tx>(
     const sentAt = performance.now()
     const results = await session.run([
       'BEGIN',
-      lq.lock(names, request.id, guardMs(request)),
-      lq.lockedLookup(names, request.id),
+      sql.lock(request.id, guardMs(request)),
+      sql.lockedLookup(request.id),
     ])
     const row = firstRow<lq.LockedLookupRow>(results[2])
     const lock = firstRow<lq.Locked>(results[1])
-    if (lock) observe(lock.server, sentAt)
-    return { locked: lock?.locked === true, row, server: lock?.server ?? 0 }
+    const server = lock?.server ?? 0
+    if (lock) observe(server, sentAt)
+    if (row) row.server = server
+    return { locked: lock?.locked === true, row, server }
   }
 
-  /** Writes the finished record and commits; throws a fence error (see q.isFenceError) when the row changed. */
+  /**
+   * Writes the finished record and commits: true when it did, false when fenced out (the row changed, see
+   * q.isFenceError, or another writer inserted it, see lq.isFinishConflict), when the transaction is still open.
+   */
   async function finishOn(
     session: Session<Tx>,
     claim: LockClaim<Tx>,
     record: lq.FinishRecord,
-  ): Promise<void> {
-    await session.run([lq.finish(names, claim.request.id, record, fenced), 'COMMIT'])
+  ): Promise<boolean> {
+    try {
+      await session.run([sql.finish(claim.request.id, record), 'COMMIT'])
+      return true
+    } catch (error) {
+      if (q.isFenceError(error) || lq.isFinishConflict(names, error)) return false
+      throw error
+    }
   }
 
   const finishRecord = (
@@ -78,7 +88,7 @@ export function lockReservation<Tx>(
     retentionMs: claim.request.retentionMs,
     seen: claim.seen,
     attempt: claim.attempt,
-    token: claim.token ?? NO_TOKEN,
+    token: claim.token ?? null,
   })
 
   /**
@@ -113,7 +123,7 @@ export function lockReservation<Tx>(
       try {
         found = await lockAndLookup(session, request)
         state = await answer(found.locked, found.row, request.fingerprint, async () => {
-          const asked = await session.run([lq.holder(names, request.id)])
+          const asked = await session.run([sql.holder(request.id)])
           return firstRow<{ holder_ms: number | null }>(asked[0])?.holder_ms ?? null
         })
       } catch (error) {
@@ -149,20 +159,14 @@ export function lockReservation<Tx>(
 
     async inspect(request, on) {
       const sentAt = performance.now()
-      const found = firstRow<lq.InspectedLock>(await on(lq.inspect(names, request.id)))
+      const found = firstRow<lq.InspectedLock>(await on(sql.inspect(request.id)))
       if (found) observe(found.server as number, sentAt)
       const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
       return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
     },
 
     async complete(claim, status, response) {
-      try {
-        await finishOn(claim.session, claim, finishRecord(claim, status, response))
-        return true
-      } catch (error) {
-        if (q.isFenceError(error)) return false
-        throw error
-      }
+      return finishOn(claim.session, claim, finishRecord(claim, status, response))
     },
 
     async fail(claim, response) {
@@ -170,16 +174,9 @@ export function lockReservation<Tx>(
       // the failure, fenced on the row version the attempt first saw, so a record another attempt wrote meanwhile
       // stays. A fenced or refused finish leaves the transaction open: end it.
       const { session } = claim
-      let stored = false
-      try {
-        const { locked } = await lockAndLookup(session, claim.request)
-        if (locked) {
-          await finishOn(session, claim, finishRecord(claim, 'failed_permanent', response))
-          stored = true
-        }
-      } catch (error) {
-        if (!q.isFenceError(error)) throw error
-      }
+      const { locked } = await lockAndLookup(session, claim.request)
+      const stored =
+        locked && (await finishOn(session, claim, finishRecord(claim, 'failed_permanent', response)))
       if (!stored) await session.run(['ROLLBACK'])
       return stored
     },
@@ -187,7 +184,7 @@ export function lockReservation<Tx>(
     async release(claim, on) {
       // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
       // the token) so the next attempt need not wait out its lease.
-      if (claim.token !== undefined) await on(q.release(names, claim.request.id, claim.token))
+      if (claim.token !== undefined) await on(keySql.release(claim.request.id, claim.token))
     },
 
     async renew(claim) {
@@ -195,12 +192,12 @@ export function lockReservation<Tx>(
       // transaction: nothing to renew.
       if (claim.token === undefined) return true
       const { request } = claim
-      return (await database.side(q.renew(names, request.id, claim.token, request.leaseMs))).rowCount === 1
+      return (await database.side(keySql.renew(request.id, claim.token, request.leaseMs))).rowCount === 1
     },
 
     async saveRecoveryPoint(claim, point, tx) {
       claim.token ??= randomUUID()
-      const save = lq.saveRecoveryPoint(names, claim.request.id, {
+      const save = sql.saveRecoveryPoint(claim.request.id, {
         fingerprint: claim.request.fingerprint,
         point,
         token: claim.token,

@@ -1,7 +1,7 @@
 import type pg from 'pg'
 import { asDatabase } from './as-database.js'
 import type { Database } from './database.js'
-import { checkIdentifier, quoteIdent } from './identifiers.js'
+import { checkIdentifier, constraintName, quoteIdent } from './identifiers.js'
 import { MIGRATION_TEMPLATES } from './migration-sql.js'
 
 /** One numbered migration, ready to run. */
@@ -10,6 +10,11 @@ export interface Migration {
   id: number
   /** The file name without `.sql`, such as `001_create_idempotency_keys`. */
   name: string
+  /**
+   * `'table'`: the migration changes the key table, and runs once per key table. `'schema'`: it changes what the
+   * key tables of a schema share (the outbox), and runs once per schema, whichever key table migrates first.
+   */
+  appliesTo: 'table' | 'schema'
   /** The SQL with the schema and table names filled in. */
   sql: string
 }
@@ -27,6 +32,8 @@ export const DEFAULT_SCHEMA = 'oncely'
 /** The default name of the idempotency table. */
 export const DEFAULT_TABLE = 'idempotency_keys'
 const LEDGER = 'oncely_migrations'
+/** The ledger's `table_name` of a migration that runs once per schema (no table is named ''). */
+const SCHEMA_WIDE = ''
 
 /**
  * The migrations rendered for a schema and table, for users who apply SQL with their own migration tool.
@@ -41,10 +48,13 @@ export function renderMigrations(target: MigrationTarget = {}): Migration[] {
     schema: quoteIdent(schema),
     table: quoteIdent(table),
     expires_index: quoteIdent(`${table}_expires_at_idx`.slice(0, 63)),
+    key_check: quoteIdent(constraintName(table, 'key', 'check')),
+    status_check: quoteIdent(constraintName(table, 'status', 'check')),
   }
   return MIGRATION_TEMPLATES.map((m) => ({
     id: m.id,
     name: m.name,
+    appliesTo: m.appliesTo,
     sql: m.sql.replace(/\{\{(\w+)\}\}/g, (_, name: string) => names[name] ?? `{{${name}}}`),
   }))
 }
@@ -61,8 +71,8 @@ export interface MigrateResult {
 /**
  * Creates the schema and applies pending migrations in one transaction, under a transaction-scoped advisory lock,
  * so any number of instances can call it at start-up at once: one applies, the others wait and find nothing to do.
- * Applied migrations are recorded in `<schema>.oncely_migrations`. Takes your node-postgres pool, or the datasource
- * of another library.
+ * Applied migrations are recorded in `<schema>.oncely_migrations`: per key table, or once for the schema (`appliesTo`).
+ * Takes your node-postgres pool, or the datasource of another library.
  *
  * @example
  * await migrate(pool, { schema: 'oncely' })
@@ -84,14 +94,21 @@ export async function migrate(on: pg.Pool | Database, target: MigrationTarget = 
         table_name text NOT NULL, id integer NOT NULL, name text NOT NULL,
         applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (table_name, id))`,
     )
-    const done = await run(`SELECT id FROM ${ledger} WHERE table_name = $1`, [table])
-    const doneIds = new Set(done.rows.map((row) => row.id as number))
+    const done = await run(`SELECT table_name, id FROM ${ledger}`)
+    // A schema-wide migration recorded under any table ran in this schema: versions before `appliesTo` recorded it
+    // once per key table, and ran it again for each.
+    const ranHere = new Set<number>()
+    const ranInSchema = new Set<number>()
+    for (const row of done.rows) {
+      if (row.table_name === table) ranHere.add(row.id as number)
+      ranInSchema.add(row.id as number)
+    }
     const applied: string[] = []
     for (const migration of list) {
-      if (doneIds.has(migration.id)) continue
+      if ((migration.appliesTo === 'schema' ? ranInSchema : ranHere).has(migration.id)) continue
       for (const statement of splitStatements(migration.sql)) await run(statement)
       await run(`INSERT INTO ${ledger} (table_name, id, name) VALUES ($1, $2, $3)`, [
-        table,
+        migration.appliesTo === 'schema' ? SCHEMA_WIDE : table,
         migration.id,
         migration.name,
       ])

@@ -1,49 +1,47 @@
-// Every statement the engine sends, as small functions returning a Statement (store/database.ts): parameterised
-// text with $n parameters only, their values, and their types. Each text exists once; a datasource decides how it
-// travels (prepared, in one message with BEGIN or COMMIT, or on its own). The table name is quoted once, in
-// tableNames(); all times come from the database clock (now()).
+// Every statement the engine sends (store/database.ts): parameterised text with $n parameters only, their values,
+// and their types. Each statement has one text, built once when the engine is created (keyStatements() here,
+// lockStatements() and rowStatements() for the protocols), and is named after the property that holds it; a request
+// only binds values to it. Variants (fenced or not) are compositions of named fragments, never copies. A datasource
+// decides how a statement travels (prepared, in one message with BEGIN or COMMIT, or on its own). The table name is
+// quoted once, in tableNames(), and a constant embedded in a text once, by quoteLiteral(); all times come from the
+// database clock (now()).
 import { createHash } from 'node:crypto'
 import type { Statement } from './database.js'
 import type { TableNames } from './identifiers.js'
 
-// A prepared statement's name must be unique per text on a connection (node-postgres refuses a known name with
-// another text), so it is derived from the text itself: two stores on different tables, or the unfenced completion,
-// get different names, well under Postgres' 63-byte limit. The texts depend only on the table, so each is built,
-// hashed and named once per TableNames.
-const memo = new WeakMap<TableNames, Map<string, unknown>>()
-/** Builds what `kind` needs for a table once, then returns the same object (the texts are hashed once, not per request). */
-function once<T>(names: TableNames, kind: string, create: () => T): T {
-  let known = memo.get(names)
-  if (!known) {
-    known = new Map()
-    memo.set(names, known)
-  }
-  if (!known.has(kind)) known.set(kind, create())
-  return known.get(kind) as T
+/** A statement's text and parameter types, built once, and the name a datasource may prepare it under. */
+export interface StatementText {
+  readonly name: string
+  readonly text: string
+  readonly types: readonly string[]
 }
 
 const textHash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 24)
+const snakeCase = (name: string) => name.replaceAll(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
 
-/** A statement sent on every request, with its values: named after its text and typed, so it can be prepared. */
-export function named(
-  names: TableNames,
-  kind: string,
-  types: readonly string[],
-  build: () => string,
-  values: readonly unknown[],
-): Statement {
-  const { name, text } = once(names, kind, () => {
-    const text = build()
-    return { name: `oncely_${kind}_${textHash(text)}`, text }
-  })
-  return { name, text, types, values }
+/**
+ * Names each statement `oncely_<its property, in snake_case>_<hash of its text>`. A prepared statement's name must be
+ * unique per text on a connection (node-postgres refuses a known name with another text), so the hash is part of
+ * it: two stores on different tables, or the unfenced variants, get different names, well under Postgres' 63 bytes.
+ */
+export function statementTexts<K extends string>(
+  specs: Record<K, { text: string; types: readonly string[] }>,
+): Record<K, StatementText> {
+  const built = {} as Record<K, StatementText>
+  for (const kind of Object.keys(specs) as K[]) {
+    const { text, types } = specs[kind]
+    built[kind] = { name: `oncely_${snakeCase(kind)}_${textHash(text)}`, text, types }
+  }
+  return built
 }
 
-/** A constant string as an SQL literal (for text the statements embed, never for values). */
-export const sqlConstant = (value: string): string => `'${value.replaceAll("'", "''")}'`
+/** A statement built once, with this request's values. */
+export function bind(statement: StatementText, values: readonly unknown[]): Statement {
+  return { name: statement.name, text: statement.text, types: statement.types, values }
+}
 
 /** The three parameters every key statement starts with. */
-const ID_TYPES = ['text', 'text', 'text'] as const
+export const ID_TYPES = ['text', 'text', 'text'] as const
 
 export interface RecordId {
   scope: string
@@ -63,20 +61,9 @@ export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expir
   (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
   greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
   (extract(epoch FROM (now() - updated_at)) * 1000)::float8 AS held_ms,
-  response_status, response_headers, response_body, ${SERVER}`
+  response_status, response_headers, response_body`
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
-
-/** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
-export function lookup(names: TableNames, id: RecordId): Statement {
-  return named(
-    names,
-    'lookup',
-    ID_TYPES,
-    () => `SELECT ${LOOKUP_COLUMNS} FROM ${names.qualified} WHERE ${PK}`,
-    [id.scope, id.operation, id.key],
-  )
-}
 
 export interface LookupRow {
   fingerprint: string
@@ -93,7 +80,10 @@ export interface LookupRow {
   response_status: number | null
   response_headers: Record<string, string> | null
   response_body: Buffer | null
-  /** See {@link SERVER}. */
+  /**
+   * See {@link SERVER}: selected by the lookup and the reservation; the lock protocol's lookup takes it from the
+   * lock statement sent with it (one server answered both).
+   */
   server: number
 }
 
@@ -174,45 +164,50 @@ export function isLeaseLost(error: unknown): boolean {
   )
 }
 
-/** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
-export function release(names: TableNames, id: RecordId, token: string): Statement {
-  return named(
-    names,
-    'release',
-    [...ID_TYPES, 'uuid'],
-    () => `UPDATE ${names.qualified} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
+/** The statements both protocols send about a key, built once per engine. */
+export function keyStatements(names: TableNames) {
+  const t = names.qualified
+  const texts = statementTexts({
+    lookup: { types: ID_TYPES, text: `SELECT ${LOOKUP_COLUMNS}, ${SERVER} FROM ${t} WHERE ${PK}` },
+    release: {
+      types: [...ID_TYPES, 'uuid'],
+      text: `UPDATE ${t} SET status = 'failed_retryable', lock_token = NULL, locked_until = NULL,
   updated_at = now()
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
-    [id.scope, id.operation, id.key, token],
-  )
-}
-
-/**
- * Extends the lease of a key this attempt still holds (fenced on its token), committed on its own: a live holder
- * renews while its handler runs, so only one that stopped lets its lease run out. A lease that already ran out is
- * not revived (a renewal sent before a stall can arrive after it, when another attempt is entitled to the key). The
- * expiry is pushed out too when the lease would outlive it. Zero rows means the key is no longer this attempt's.
- */
-export function renew(names: TableNames, id: RecordId, token: string, leaseMs: number): Statement {
-  return named(
-    names,
-    'renew',
-    [...ID_TYPES, 'uuid', 'float8'],
-    () => `UPDATE ${names.qualified} SET locked_until = now() + ${ms('$5')},
+    },
+    renew: {
+      types: [...ID_TYPES, 'uuid', 'float8'],
+      text: `UPDATE ${t} SET locked_until = now() + ${ms('$5')},
   expires_at = greatest(expires_at, now() + ${ms('$5')})
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress' AND locked_until > now()`,
-    [id.scope, id.operation, id.key, token, leaseMs],
-  )
-}
-
-/** Records how far a multi-step handler got, committed on its own so it survives a crash; fenced. */
-export function saveRecoveryPoint(names: TableNames, id: RecordId, token: string, point: string): Statement {
-  return {
-    text: `UPDATE ${names.qualified} SET recovery_point = $5, updated_at = now()
+    },
+    saveRecoveryPoint: {
+      types: [...ID_TYPES, 'uuid', 'text'],
+      text: `UPDATE ${t} SET recovery_point = $5, updated_at = now()
 WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
-    values: [id.scope, id.operation, id.key, token, point],
+    },
+  })
+  return {
+    /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
+    lookup: (id: RecordId) => bind(texts.lookup, [id.scope, id.operation, id.key]),
+    /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
+    release: (id: RecordId, token: string) => bind(texts.release, [id.scope, id.operation, id.key, token]),
+    /**
+     * Extends the lease of a key this attempt still holds (fenced on its token), committed on its own: a live holder
+     * renews while its handler runs, so only one that stopped lets its lease run out. A lease that already ran out
+     * is not revived (a renewal sent before a stall can arrive after it, when another attempt is entitled to the
+     * key). The expiry is pushed out too when the lease would outlive it. Zero rows: the key is no longer ours.
+     */
+    renew: (id: RecordId, token: string, leaseMs: number) =>
+      bind(texts.renew, [id.scope, id.operation, id.key, token, leaseMs]),
+    /** Records how far a multi-step handler got (row protocol); fenced on the token. */
+    saveRecoveryPoint: (id: RecordId, token: string, point: string) =>
+      bind(texts.saveRecoveryPoint, [id.scope, id.operation, id.key, token, point]),
   }
 }
+
+/** What {@link keyStatements} builds. */
+export type KeyStatements = ReturnType<typeof keyStatements>
 
 /** Deletes a key record whatever its state, so the key is new again (`engine.forget`). */
 export function forget(names: TableNames, id: RecordId): Statement {

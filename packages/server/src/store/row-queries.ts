@@ -1,20 +1,21 @@
 // The statements of the `reservation: 'row'` protocol (see row-reservation.ts): the key row committed as
 // `in_progress` under a lease before the business transaction, and completed in it, fenced on the lock token.
 import type { Statement } from './database.js'
-import type { TableNames } from './identifiers.js'
+import { quoteLiteral, type TableNames } from './identifiers.js'
 import {
+  bind,
   FENCE_MARKER,
+  ID_TYPES,
   KEEP_RECOVERY_POINT,
   LOOKUP_COLUMNS,
   type LookupRow,
   leaseGuard,
   ms,
-  named,
   PK,
   type RecordId,
   replaceRow,
   SERVER,
-  sqlConstant,
+  statementTexts,
   UPSERT_NOW,
 } from './queries.js'
 
@@ -80,29 +81,6 @@ FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true
 }
 
 /**
- * The reservation, with its values. The row protocol sends it in a transaction of its own, ahead of the business
- * transaction's BEGIN and its lease guard (a datasource may send the five in one message).
- */
-export function reserve(names: TableNames, id: RecordId, args: ReserveArgs): Statement {
-  return named(
-    names,
-    'reserve',
-    ['text', 'text', 'text', 'text', 'uuid', 'float8', 'float8', 'jsonb'],
-    () => reserveText(names),
-    [
-      id.scope,
-      id.operation,
-      id.key,
-      args.fingerprint,
-      args.token,
-      args.leaseMs,
-      args.retentionMs,
-      args.requestHeaders === null ? null : JSON.stringify(args.requestHeaders),
-    ],
-  )
-}
-
-/**
  * The business transaction's lease guard (see leaseGuard), as the first statement after its BEGIN. Not worth
  * preparing: it travels with its argument in place.
  */
@@ -119,7 +97,9 @@ export type ReserveRow = {
   recovery_point: string | null
   /** Milliseconds from the statement's `now()` until the reserved row expires (null when not reserved). */
   reserved_expires_in_ms: number | null
-} & (LookupRow | { [K in keyof LookupRow]: null })
+  /** See SERVER in queries.ts. */
+  server: number
+} & (Omit<LookupRow, 'server'> | { [K in keyof Omit<LookupRow, 'server'>]: null })
 
 /** What the completion stores. */
 export interface CompleteArgs {
@@ -129,34 +109,61 @@ export interface CompleteArgs {
 }
 
 /**
- * The fenced completion: stores the response and finishes the key only while this attempt still holds the lease
+ * The completion: stores the response and finishes the key, fenced: only while this attempt still holds the lease
  * token. When it matches no row (another attempt took over), it fails on purpose with {@link FENCE_MARKER} (a cast
  * the planner cannot fold), so a COMMIT sent after it in the same message never runs; the caller rolls back.
- * `fenced: false` exists only to prove, in the chaos suite, that the fence is what prevents duplicates.
+ * Unfenced (only to prove, in the chaos suite, that the fence is what prevents duplicates) it matches the key's row
+ * whatever its token.
  */
-export function complete(names: TableNames, id: RecordId, args: CompleteArgs, fenced: boolean): Statement {
-  const { response } = args
-  const fence = fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'
-  return named(
-    names,
-    fenced ? 'complete' : 'complete_unfenced',
-    ['text', 'text', 'text', 'uuid', 'text', 'integer', 'jsonb', 'bytea'],
-    () => `WITH completed AS (
+const completeText = (names: TableNames, fenced: boolean) => `WITH completed AS (
   UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
     response_body = $8, locked_until = NULL, updated_at = now()
-  WHERE ${PK}${fence}
+  WHERE ${PK}${fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'}
   RETURNING 1
 )
-SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${sqlConstant(FENCE_MARKER)} END)::int AS completed FROM completed`,
-    [
-      id.scope,
-      id.operation,
-      id.key,
-      args.token,
-      args.status,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-    ],
-  )
+SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${quoteLiteral(FENCE_MARKER)} END)::int AS completed FROM completed`
+
+/** The statements of the row protocol for a table, built once per engine. */
+export function rowStatements(names: TableNames, fenced: boolean) {
+  const texts = statementTexts({
+    reserve: {
+      types: [...ID_TYPES, 'text', 'uuid', 'float8', 'float8', 'jsonb'],
+      text: reserveText(names),
+    },
+    complete: {
+      types: [...ID_TYPES, 'uuid', 'text', 'integer', 'jsonb', 'bytea'],
+      text: completeText(names, fenced),
+    },
+  })
+  return {
+    /**
+     * The reservation, with its values. The row protocol sends it in a transaction of its own, ahead of the
+     * business transaction's BEGIN and its lease guard (a datasource may send the five in one message).
+     */
+    reserve: (id: RecordId, args: ReserveArgs) =>
+      bind(texts.reserve, [
+        id.scope,
+        id.operation,
+        id.key,
+        args.fingerprint,
+        args.token,
+        args.leaseMs,
+        args.retentionMs,
+        args.requestHeaders === null ? null : JSON.stringify(args.requestHeaders),
+      ]),
+    complete: (id: RecordId, args: CompleteArgs) =>
+      bind(texts.complete, [
+        id.scope,
+        id.operation,
+        id.key,
+        args.token,
+        args.status,
+        args.response.status,
+        JSON.stringify(args.response.headers),
+        args.response.body,
+      ]),
+  }
 }
+
+/** What {@link rowStatements} builds. */
+export type RowStatements = ReturnType<typeof rowStatements>

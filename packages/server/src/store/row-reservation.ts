@@ -28,6 +28,8 @@ export function rowReservation<Tx>(
   observe: ServerObserver = () => {},
 ): ReservationProtocol<RowClaim<Tx>> {
   const { database, names } = store
+  const sql = rq.rowStatements(names, fenced)
+  const keySql = q.keyStatements(names)
 
   /** What a row that is not ours tells the caller. */
   function answer(row: q.LookupRow | undefined, fingerprint: string): Inspection {
@@ -69,7 +71,7 @@ export function rowReservation<Tx>(
       // nothing of it runs.
       const results = await session.run([
         'BEGIN',
-        rq.reserve(names, request.id, args),
+        sql.reserve(request.id, args),
         'COMMIT',
         'BEGIN',
         rq.guard(args.leaseGuardMs),
@@ -93,7 +95,7 @@ export function rowReservation<Tx>(
       // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
       row =
         reserved?.status === null
-          ? firstRow<q.LookupRow>((await session.run([q.lookup(names, request.id)]))[0])
+          ? firstRow<q.LookupRow>((await session.run([keySql.lookup(request.id)]))[0])
           : (reserved as q.LookupRow | undefined)
     } catch (error) {
       session.release(error as Error)
@@ -114,34 +116,34 @@ export function rowReservation<Tx>(
 
     async inspect(request, on) {
       const sentAt = performance.now()
-      const row = firstRow<q.LookupRow>(await on(q.lookup(names, request.id)))
+      const row = firstRow<q.LookupRow>(await on(keySql.lookup(request.id)))
       if (row) observe(row.server, sentAt)
       return answer(row, request.fingerprint)
     },
 
     async complete(claim, status, response) {
-      const finish = rq.complete(names, claim.request.id, { token: claim.token, status, response }, fenced)
+      const finish = sql.complete(claim.request.id, { token: claim.token, status, response })
       return completed(claim.session.run([finish, 'COMMIT']))
     },
 
     async fail(claim, response: StoredResponse) {
       const args = { token: claim.token, status: 'failed_permanent' as const, response }
-      return completed(claim.session.run([rq.complete(names, claim.request.id, args, fenced)]))
+      return completed(claim.session.run([sql.complete(claim.request.id, args)]))
     },
 
     async release(claim, on) {
-      await on(q.release(names, claim.request.id, claim.token))
+      await on(keySql.release(claim.request.id, claim.token))
     },
 
     async saveRecoveryPoint(claim, point, tx) {
-      const save = q.saveRecoveryPoint(names, claim.request.id, claim.token, point)
+      const save = keySql.saveRecoveryPoint(claim.request.id, claim.token, point)
       const saved = tx === undefined ? await database.side(save) : await database.execute(tx as Tx, save)
       return saved.rowCount === 1
     },
 
     async renew(claim) {
       const { request, token } = claim
-      return (await database.side(q.renew(names, request.id, token, request.leaseMs))).rowCount === 1
+      return (await database.side(keySql.renew(request.id, token, request.leaseMs))).rowCount === 1
     },
   }
 }
