@@ -55,7 +55,7 @@ export async function drive(
   try {
     answer = await run.loop()
   } catch (error) {
-    await run.stopped(error)
+    run.stopped(error)
     throw error
   }
   if (answer.final) {
@@ -66,7 +66,7 @@ export async function drive(
   try {
     return await settle(run, answer.response)
   } catch (error) {
-    await run.stopped(error)
+    run.stopped(error)
     throw error
   }
 }
@@ -142,7 +142,7 @@ class Run implements RunRecord {
   }
 
   /** Reports a run that ended without an answer. */
-  async stopped(error: unknown): Promise<void> {
+  stopped(error: unknown): void {
     const { ctx, record, signal } = this
     if (signal?.aborted && error === signal.reason) return // aborted: the intent stays pending
     if (error instanceof IntentExpiredError) return
