@@ -24,12 +24,12 @@ const common: Options = {
 
 export default defineConfig([
   { ...common, format: ['esm'], platform: 'neutral' },
-  // p-retry and is-network-error ship ESM only; bundling them into the CJS build lets
+  // is-network-error ships ESM only; bundling it into the CJS build lets
   // require('@oncely/client') work.
   {
     ...common,
     format: ['cjs'],
     platform: 'neutral',
-    noExternal: ['@oncely/protocol', 'p-retry', 'is-network-error'],
+    noExternal: ['@oncely/protocol', 'is-network-error'],
   },
 ])

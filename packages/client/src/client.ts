@@ -4,6 +4,7 @@ import { Driver } from './driver.js'
 import { Emitter } from './emitter.js'
 import type { ClientEvents } from './events.js'
 import type { IntentRecord, PendingIntent } from './intent.js'
+import { mutationOf } from './mutation.js'
 import { type ClientOptions, resolveOptions } from './options.js'
 import { type RequestOptions, request } from './request.js'
 import type { OncelyResponse } from './response.js'
@@ -74,13 +75,7 @@ export function createClientWith(options: ClientOptions, fallbackStore: () => In
 
   return {
     request: send as OncelyClient['request'],
-    mutation: (definition) => (json, extra) =>
-      send({
-        ...definition,
-        ...extra,
-        json,
-        headers: { ...definition.headers, ...extra?.headers },
-      }) as never,
+    mutation: mutationOf(send),
     async pending() {
       // This process's answered intents are no longer pending once their claims are released; list after that.
       await driver.drained()

@@ -1,4 +1,4 @@
-import type { RetryPolicy } from './backoff.js'
+import type { RetryPolicy } from './next-delay.js'
 import type { IntentStore } from './store.js'
 import type { Timers } from './timers.js'
 import { OptionChecks } from './validate.js'

@@ -94,7 +94,7 @@ describe('fileStore', () => {
     expect(events).toEqual([
       expect.objectContaining({
         store: 'file',
-        reason: expect.stringContaining('not JSON'),
+        reason: expect.stringContaining('not a chain of records'),
         location: expect.stringContaining('quarantine'),
       }),
     ])

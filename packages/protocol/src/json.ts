@@ -176,15 +176,10 @@ class StrictParser {
 
   private parseObject(depth: number): JsonValue {
     const start = this.pos
-    this.pos++
     const result: Record<string, JsonValue> = {}
+    if (this.opensEmpty(0x7d)) return result
     const seen = new Set<string>()
-    this.skipWhitespace()
-    if (this.text.charCodeAt(this.pos) === 0x7d) {
-      this.pos++
-      return result
-    }
-    for (;;) {
+    do {
       this.skipWhitespace()
       if (this.text.charCodeAt(this.pos) !== 0x22)
         throw new JsonSyntaxError('Expected a member name', this.pos)
@@ -199,36 +194,44 @@ class StrictParser {
       const value = this.parseValue(depth + 1)
       // defineProperty keeps "__proto__" as data instead of changing the prototype.
       Object.defineProperty(result, key, { value, enumerable: true, writable: true, configurable: true })
-      this.skipWhitespace()
-      const c = this.text.charCodeAt(this.pos)
-      this.pos++
-      if (c === 0x2c) continue
-      if (c === 0x7d) return result
-      throw new JsonSyntaxError(
-        Number.isNaN(c) ? `Unterminated object starting at ${start}` : 'Expected "," or "}"',
-        this.pos - 1,
-      )
-    }
+    } while (this.continues(0x7d, start))
+    return result
   }
 
   private parseArray(depth: number): JsonValue {
-    this.pos++
     const result: JsonValue[] = []
-    this.skipWhitespace()
-    if (this.text.charCodeAt(this.pos) === 0x5d) {
-      this.pos++
-      return result
-    }
-    for (;;) {
+    if (this.opensEmpty(0x5d)) return result
+    do {
       this.skipWhitespace()
       result.push(this.parseValue(depth + 1))
-      this.skipWhitespace()
-      const c = this.text.charCodeAt(this.pos)
-      this.pos++
-      if (c === 0x2c) continue
-      if (c === 0x5d) return result
-      throw new JsonSyntaxError('Expected "," or "]"', this.pos - 1)
-    }
+    } while (this.continues(0x5d))
+    return result
+  }
+
+  // Steps over the `{` or `[` at `pos` and the whitespace after it; true (and steps over `close` too) when the
+  // object or array is empty.
+  private opensEmpty(close: number): boolean {
+    this.pos++
+    this.skipWhitespace()
+    if (this.text.charCodeAt(this.pos) !== close) return false
+    this.pos++
+    return true
+  }
+
+  // After a member or an element: true on `,` (another one follows), false on `close` (the end). An object that
+  // ends with the text is unterminated (`objectStart` says where it started).
+  private continues(close: number, objectStart?: number): boolean {
+    this.skipWhitespace()
+    const c = this.text.charCodeAt(this.pos)
+    this.pos++
+    if (c === 0x2c) return true
+    if (c === close) return false
+    throw new JsonSyntaxError(
+      Number.isNaN(c) && objectStart !== undefined
+        ? `Unterminated object starting at ${objectStart}`
+        : `Expected "," or "${String.fromCharCode(close)}"`,
+      this.pos - 1,
+    )
   }
 
   private parseString(): string {

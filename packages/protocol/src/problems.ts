@@ -4,20 +4,38 @@
  * outstanding 409.
  */
 
+// The problems of one status, each code with its title, as entries of {@link PROBLEMS}.
+function ofStatus<const S extends number, const T extends Record<string, string>>(
+  status: S,
+  titles: T,
+): { readonly [C in keyof T]: { readonly status: S; readonly title: T[C] } } {
+  const problems: Record<string, { status: number; title: string }> = {}
+  for (const [code, title] of Object.entries(titles)) problems[code] = { status, title }
+  return problems as never
+}
+
 /** Every error oncely answers with, and its HTTP status and title. */
 export const PROBLEMS = {
-  idempotency_key_missing: { status: 400, title: 'Idempotency-Key header is required' },
-  idempotency_key_malformed: { status: 400, title: 'Idempotency-Key header is malformed' },
-  idempotency_key_too_long: { status: 400, title: 'Idempotency-Key is longer than 255 characters' },
-  idempotency_key_repeated: { status: 400, title: 'Idempotency-Key header appears more than once' },
-  invalid_json: { status: 400, title: 'Request body is not acceptable JSON' },
-  idempotency_key_reused: { status: 422, title: 'Idempotency-Key was already used with a different request' },
-  request_in_progress: { status: 409, title: 'A request with this Idempotency-Key is still being processed' },
-  payload_too_large: { status: 413, title: 'Request body is too large' },
-  unsupported_media_type: { status: 415, title: 'Unsupported content type' },
-  response_too_large: { status: 500, title: 'Response is too large to be stored for replay' },
-  store_unavailable: { status: 503, title: 'Idempotency store is unavailable' },
-  lease_expired: { status: 503, title: 'The attempt lost its lease before it finished' },
+  .../* @__PURE__ */ ofStatus(400, {
+    idempotency_key_missing: 'Idempotency-Key header is required',
+    idempotency_key_malformed: 'Idempotency-Key header is malformed',
+    idempotency_key_too_long: 'Idempotency-Key is longer than 255 characters',
+    idempotency_key_repeated: 'Idempotency-Key header appears more than once',
+    invalid_json: 'Request body is not acceptable JSON',
+  }),
+  .../* @__PURE__ */ ofStatus(422, {
+    idempotency_key_reused: 'Idempotency-Key was already used with a different request',
+  }),
+  .../* @__PURE__ */ ofStatus(409, {
+    request_in_progress: 'A request with this Idempotency-Key is still being processed',
+  }),
+  .../* @__PURE__ */ ofStatus(413, { payload_too_large: 'Request body is too large' }),
+  .../* @__PURE__ */ ofStatus(415, { unsupported_media_type: 'Unsupported content type' }),
+  .../* @__PURE__ */ ofStatus(500, { response_too_large: 'Response is too large to be stored for replay' }),
+  .../* @__PURE__ */ ofStatus(503, {
+    store_unavailable: 'Idempotency store is unavailable',
+    lease_expired: 'The attempt lost its lease before it finished',
+  }),
 } as const satisfies Record<string, { status: number; title: string }>
 
 /** A machine-readable error code. */

@@ -164,10 +164,7 @@ export function useInvalidateOnResumed(
   queryKeys: (intent: ResumedIntent) => readonly (readonly unknown[])[],
   options: UseOnResumedOptions = {},
 ): void {
-  if (typeof queryClient?.invalidateQueries !== 'function') {
-    throw new TypeError('Expected `queryClient` to be a TanStack Query QueryClient')
-  }
-  if (typeof queryKeys !== 'function') throw new TypeError('Expected `queryKeys` to be a function')
+  checkHookArguments(queryClient, 'invalidateQueries', 'queryKeys', queryKeys)
   useOnResumed((intent) => {
     if (intent.outcome !== 'settled') return
     for (const queryKey of queryKeys(intent)) void queryClient.invalidateQueries({ queryKey })
@@ -208,10 +205,7 @@ export function useResumedMutations(
   mutationKey: (intent: ResumedIntent) => readonly unknown[] | undefined,
   options: UseOnResumedOptions = {},
 ): void {
-  if (typeof queryClient?.getMutationCache !== 'function') {
-    throw new TypeError('Expected `queryClient` to be a TanStack Query QueryClient')
-  }
-  if (typeof mutationKey !== 'function') throw new TypeError('Expected `mutationKey` to be a function')
+  checkHookArguments(queryClient, 'getMutationCache', 'mutationKey', mutationKey)
   useOnResumed((intent) => {
     const key = mutationKey(intent)
     if (key === undefined) return
@@ -225,4 +219,13 @@ export function useResumedMutations(
     })
     mutation.execute(undefined).catch(() => {}) // a failed one is in the cache as failed; nobody awaits it
   }, options)
+}
+
+// Checks the arguments of a hook over a TanStack Query QueryClient: it has `method`, and the option `name` is a
+// function.
+function checkHookArguments(queryClient: unknown, method: string, name: string, value: unknown): void {
+  if (typeof (queryClient as Record<string, unknown> | null | undefined)?.[method] !== 'function') {
+    throw new TypeError('Expected `queryClient` to be a TanStack Query QueryClient')
+  }
+  if (typeof value !== 'function') throw new TypeError(`Expected \`${name}\` to be a function`)
 }

@@ -37,7 +37,6 @@ export interface Chain {
 export type Content =
   | { kind: 'chain'; chain: Chain }
   | { kind: 'free'; owner?: string }
-  | { kind: 'legacy'; record: IntentRecord }
   | { kind: 'corrupt'; reason: string }
 
 const digestOf = (previous: string, payload: Buffer) =>
@@ -82,7 +81,12 @@ export function parse(bytes: Buffer): Content {
     const owner = bytes.subarray(1, 17).toString('latin1')
     return /^[0-9a-f]{16}$/.test(owner) ? { kind: 'free', owner } : { kind: 'free' }
   }
-  if (bytes.subarray(0, MAGIC.length).toString('latin1') !== MAGIC) return legacy(bytes)
+  if (bytes.subarray(0, MAGIC.length).toString('latin1') !== MAGIC) {
+    return {
+      kind: 'corrupt',
+      reason: `not a chain of records: it does not start with ${JSON.stringify(MAGIC)}`,
+    }
+  }
   let chain: Chain | undefined
   let at = 0
   let previous = ''
@@ -119,16 +123,5 @@ function frameAt(
     return { payload: { o: typeof payload.o === 'string' ? payload.o : null, r: payload.r }, digest, end }
   } catch {
     return undefined
-  }
-}
-
-// Files written by earlier versions of fileStore: the record as plain JSON.
-function legacy(bytes: Buffer): Content {
-  try {
-    const value = JSON.parse(bytes.toString('utf8')) as unknown
-    if (isIntentRecord(value)) return { kind: 'legacy', record: value }
-    return { kind: 'corrupt', reason: 'not an intent record' }
-  } catch (error) {
-    return { kind: 'corrupt', reason: `not JSON: ${(error as Error).message}` }
   }
 }
