@@ -1,6 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
+import { objectOptions, optionalFunction, positiveInteger } from '../options/check.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
 
 /** Options of {@link jetStreamPublisher}. */
@@ -50,14 +51,11 @@ export function isNoStreamForSubjectError(error: unknown): error is NoStreamForS
  * createDispatcher({ pool, publisher: jetStreamPublisher({ js }) }).start()
  */
 export function jetStreamPublisher(options: JetStreamPublisherOptions): Publisher {
-  if (typeof options?.js?.publish !== 'function')
+  objectOptions('jetStreamPublisher()', options)
+  if (typeof options.js?.publish !== 'function')
     throw new TypeError('Expected `js` to be a JetStream client.')
-  const subject = options.subject ?? ((message: OutboxMessage) => message.topic)
-  if (typeof subject !== 'function') throw new TypeError('Expected `subject` to be a function.')
-  const timeout = options.timeoutMs ?? 5_000
-  if (!Number.isSafeInteger(timeout) || timeout <= 0) {
-    throw new TypeError(`Expected \`timeoutMs\` to be a positive integer, got ${String(timeout)}.`)
-  }
+  const subject = optionalFunction('subject', options.subject) ?? ((message: OutboxMessage) => message.topic)
+  const timeout = positiveInteger('timeoutMs', options.timeoutMs ?? 5_000)
   return {
     async publish(message) {
       const h = natsHeaders()

@@ -20,6 +20,7 @@ import {
   type MarkedInput,
   type Observable,
 } from '../hooks.js'
+import { engineOption } from '../options/check.js'
 import { installOutboxPropagation } from './propagation.js'
 import {
   AttributeCache,
@@ -130,8 +131,8 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
  * await app.register(idempotency, { engine, tenant: (request) => request.user.tenantId })
  */
 export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions = {}): Engine {
-  if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
-  const telemetry = resolveTelemetry(options)
+  engineOption('engine', engine)
+  const telemetry = resolveTelemetry(options, 'instrumentEngine()')
   installOutboxPropagation()
   const { tracer, instruments, recordScope } = telemetry
   const protocol = engine.options.reservation

@@ -11,6 +11,7 @@ import {
   trace,
 } from '@opentelemetry/api'
 import type pg from 'pg'
+import { objectOptions } from '../options/check.js'
 import type { DispatcherEvent, DispatcherOptions } from '../outbox/dispatcher.js'
 import { outboxNames } from '../outbox/names.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
@@ -42,14 +43,16 @@ export function instrumentDispatcher(
   options: DispatcherOptions,
   telemetryOptions: ServerTelemetryOptions = {},
 ): DispatcherOptions {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('instrumentDispatcher()', options)
   const { publisher, pool } = options
   if (typeof publisher?.publish !== 'function')
     throw new TypeError('Expected `publisher` to have a `publish` method.')
   if (typeof pool?.query !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
   const { table } = outboxNames(options.schema)
-  const { tracer, instruments } = resolveTelemetry(telemetryOptions)
+  const { tracer, instruments } = resolveTelemetry(
+    telemetryOptions,
+    'instrumentDispatcher() (its second argument)',
+  )
   installOutboxPropagation()
 
   const traced: Publisher = {

@@ -1,9 +1,9 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { canonicalJson } from '@oncely/protocol'
 import type { Redis } from 'ioredis'
-import { positiveInteger } from '../engine/options.js'
 import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
 import { boundedWait } from '../engine/wait.js'
+import { engineOption, objectOptions, oneOf, optionalFunction, positiveInteger } from '../options/check.js'
 
 /** Options of {@link withSoftLease}. */
 export interface SoftLeaseOptions {
@@ -80,9 +80,8 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
  * const engine = withSoftLease(createEngine({ store }), { redis, onError: (e) => log.warn(e) })
  */
 export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine {
-  if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  engineOption('engine', engine)
+  objectOptions('withSoftLease()', options)
   const { redis } = options
   if (typeof redis?.eval !== 'function') throw new TypeError('Expected `redis` to be an ioredis client.')
   const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? engine.options.leaseMs)
@@ -91,13 +90,11 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
   const retryAfterMs = positiveInteger('unavailableRetryAfterMs', options.unavailableRetryAfterMs ?? 1_000)
   const prefix = options.prefix ?? 'oncely:lease:'
   if (typeof prefix !== 'string') throw new TypeError('Expected `prefix` to be a string.')
-  const onRedisError = options.onRedisError ?? 'fall-through'
-  if (onRedisError !== 'fall-through' && onRedisError !== 'fail-closed') {
-    throw new TypeError("Expected `onRedisError` to be 'fall-through' or 'fail-closed'.")
-  }
-  if (options.onError !== undefined && typeof options.onError !== 'function') {
-    throw new TypeError('Expected `onError` to be a function.')
-  }
+  const onRedisError = oneOf('onRedisError', options.onRedisError ?? 'fall-through', [
+    'fall-through',
+    'fail-closed',
+  ])
+  optionalFunction('onError', options.onError)
   const report = (error: unknown) => {
     try {
       options.onError?.(error)

@@ -3,7 +3,8 @@ import { defaultClassify } from '../engine/classify.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
 import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
 import { STORE_DATABASE } from '../hooks.js'
-import { asDatabase } from '../store/as-database.js'
+import { objectOptions, optionalFunction, refuseTestingOptions, requiredFunction } from '../options/check.js'
+import { poolOrDatabase } from '../options/datasource.js'
 import type { Database } from '../store/database.js'
 
 /** What a step receives. */
@@ -122,11 +123,7 @@ export function parseRecoveryPoint<S = unknown>(point: string | null): RecoveryP
 export function steps<S extends object = Record<string, unknown>, Tx = pg.PoolClient>(
   options: StepsOptions<S, Tx>,
 ): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
-  if (typeof options === 'object' && options !== null && 'hooks' in options) {
-    throw new TypeError(
-      "`hooks` is not an option of steps(): fault injection is for tests, through stepsForTesting() from '@oncely/server/testing'.",
-    )
-  }
+  refuseTestingOptions('steps()', options, ['hooks'], 'stepsForTesting()')
   return buildSteps(options, {})
 }
 
@@ -135,12 +132,8 @@ export function buildSteps<S extends object, Tx = pg.PoolClient>(
   options: StepsOptions<S, Tx>,
   hooks: StepsHooks,
 ): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  if ((options.pool === undefined) === (options.database === undefined)) {
-    throw new TypeError('Expected either `pool` (a pg.Pool) or `database` (a datasource), not both.')
-  }
-  const database = options.database ?? asDatabase<Tx>(options.pool as pg.Pool, 'steps({ pool })')
+  objectOptions('steps()', options)
+  const database = poolOrDatabase<Tx>('steps()', options)
   if (!Array.isArray(options.steps)) throw new TypeError('Expected `steps` to be an array.')
   const names = new Set<string>()
   for (const step of options.steps) {
@@ -151,8 +144,8 @@ export function buildSteps<S extends object, Tx = pg.PoolClient>(
       throw new TypeError(`Expected step \`${step.name}\` to have a \`run\` function.`)
     names.add(step.name)
   }
-  if (typeof options.finish !== 'function') throw new TypeError('Expected `finish` to be a function.')
-  const classify = options.classify ?? defaultClassify
+  requiredFunction('finish', options.finish)
+  const classify = optionalFunction('classify', options.classify) ?? defaultClassify
   const list = options.steps
 
   return async (ctx) => {
