@@ -3,6 +3,7 @@ import { canonicalJson } from '@oncely/protocol'
 import type { Redis } from 'ioredis'
 import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
 import { boundedWait } from '../engine/wait.js'
+import { RedisTimeoutError } from '../errors/redis-timeout-error.js'
 import { engineOption, objectOptions, oneOf, optionalFunction, positiveInteger } from '../options/check.js'
 
 /** Options of {@link withSoftLease}. */
@@ -52,15 +53,10 @@ const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call
 // is free is trusted (its holder is about to reserve), an older one is stale (its holder died before committing).
 const STALE_LEASE_AGE_MS = 1_000
 
-/** Thrown when Redis does not answer in time. */
-class RedisTimeout extends Error {
-  override name = 'RedisTimeoutError'
-}
-
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RedisTimeout(`Redis did not answer within ${ms} ms.`)), ms)
+    timer = setTimeout(() => reject(new RedisTimeoutError(ms)), ms)
   })
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }

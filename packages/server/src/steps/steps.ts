@@ -1,7 +1,7 @@
 import type pg from 'pg'
 import { defaultClassify } from '../engine/classify.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
-import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
+import { StepFencedOutError } from '../errors/step-fenced-out-error.js'
 import { STORE_DATABASE } from '../hooks.js'
 import { objectOptions, optionalFunction, refuseTestingOptions, requiredFunction } from '../options/check.js'
 import { poolOrDatabase } from '../options/datasource.js'
@@ -71,22 +71,6 @@ export interface StepsHooks {
 export interface RecoveryPoint<S = unknown> {
   step: string
   state: S
-}
-
-/** The engine fenced out this attempt (another took over the key): its step was rolled back. */
-export class StepFencedOutError extends OncelyServerError {
-  override name = 'StepFencedOutError' as const
-  /** The step whose writes were rolled back. */
-  readonly step: string
-  constructor(step: string) {
-    super(`Another attempt took over this key; step "${step}" was rolled back.`)
-    this.step = step
-  }
-}
-
-/** True for a {@link StepFencedOutError}, also across bundles. */
-export function isStepFencedOutError(error: unknown): error is StepFencedOutError {
-  return error instanceof StepFencedOutError || nameOf(error) === 'StepFencedOutError'
 }
 
 /** Reads a recovery point written by {@link steps}; `null` for none or for one written by other code. */
