@@ -9,12 +9,22 @@ export type EngineSignal =
 
 /**
  * An engine's observer slot: `engine[ENGINE_SIGNALS](observer)` attaches an observer and returns the detach
- * function. Set on every engine `createEngine` returns (enumerable, so wrappers that spread the engine keep it).
+ * function. Set on every engine `createEngine` returns, not enumerable (no part of the engine a user sees), so a
+ * wrapper keeps it only through {@link wrapEngine}: telemetry on a wrapper spread by hand sees its executions but not
+ * the engine's own signals (takeovers, store errors, reaper runs).
  */
 export const ENGINE_SIGNALS: unique symbol = Symbol.for('oncely.server.engine-signals')
 
 export interface Observable {
   [ENGINE_SIGNALS]?: (observer: (signal: EngineSignal) => void) => () => void
+}
+
+/** `engine` with `overrides` (its `execute`, say), keeping the observer slot: how oncely's own wrappers are built. */
+export function wrapEngine<E extends object>(engine: E, overrides: Partial<E>): E {
+  const wrapped = { ...engine, ...overrides }
+  const signals = (engine as Observable)[ENGINE_SIGNALS]
+  if (signals) Object.defineProperty(wrapped, ENGINE_SIGNALS, { value: signals, enumerable: false })
+  return wrapped
 }
 
 /**

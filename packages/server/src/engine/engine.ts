@@ -330,5 +330,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
       }
     },
   }
+  // Not enumerable: the slot is no part of the engine users see (logged, compared, spread); wrapEngine() keeps it.
+  Object.defineProperty(engine, ENGINE_SIGNALS, { enumerable: false })
   return engine
 }

@@ -19,6 +19,7 @@ import {
   type InboxDelivery,
   type MarkedInput,
   type Observable,
+  wrapEngine,
 } from '../hooks.js'
 import { engineOption } from '../options/check.js'
 import { installOutboxPropagation } from './propagation.js'
@@ -100,7 +101,6 @@ interface Execution {
 }
 
 const EXECUTION = createContextKey('oncely.server.execution')
-const INSTRUMENTED: unique symbol = Symbol.for('oncely.server.otel.instrumented')
 
 /** The context a delivery's span starts in: the message's trace, unless the active span already belongs to it. */
 function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span } {
@@ -232,8 +232,7 @@ export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions
   }
 
   // reap() and startReaper() are the engine's own: their runs reach the metrics through the engine's signals.
-  const instrumented: Engine & { [INSTRUMENTED]: true } = { ...engine, execute, [INSTRUMENTED]: true }
-  return instrumented
+  return wrapEngine(engine, { execute })
 }
 
 function spanAttributes(

@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis'
 import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
 import { boundedWait } from '../engine/wait.js'
 import { RedisTimeoutError } from '../errors/redis-timeout-error.js'
+import { wrapEngine } from '../hooks.js'
 import { engineOption, objectOptions, oneOf, optionalFunction, positiveInteger } from '../options/check.js'
 
 /** Options of {@link withSoftLease}. */
@@ -207,5 +208,5 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
     }
   }
 
-  return { ...engine, execute }
+  return wrapEngine(engine, { execute })
 }
