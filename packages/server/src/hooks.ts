@@ -64,20 +64,3 @@ export function traceHeadersFrom(
   }
   return found
 }
-
-const OUTBOX_TRACE = Symbol.for('oncely.server.outbox-trace')
-type Injector = () => Record<string, string> | undefined
-const slots = globalThis as { [OUTBOX_TRACE]?: Injector }
-
-/** Installs what `enqueue` asks for the active trace context's headers (`@oncely/server/otel` does). */
-export function setOutboxTraceInjector(inject: Injector): void {
-  slots[OUTBOX_TRACE] = inject
-}
-
-/** `headers` plus the active trace context's (when telemetry is installed); the caller's own headers win. */
-export function withTraceContext(headers: Record<string, string>): Record<string, string> {
-  const inject = slots[OUTBOX_TRACE]
-  if (inject === undefined) return headers
-  const trace = inject()
-  return trace === undefined ? headers : { ...trace, ...headers }
-}

@@ -22,7 +22,6 @@ import {
   wrapEngine,
 } from '../hooks.js'
 import { engineOption } from '../options/check.js'
-import { installOutboxPropagation } from './propagation.js'
 import {
   AttributeCache,
   errorType,
@@ -119,8 +118,8 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
  * Instruments an engine, and through it every adapter that runs on it (Fastify, Express, Fetch, the inbox, the
  * webhook receiver, jobs, steps): a span per execution (a child of the active span, such as the incoming HTTP
  * request's when HTTP instrumentation is on), request, duration, takeover, in-progress, store-error and reaper
- * metrics, and the trace context carried into outbox messages. Returns a new engine; the one given keeps working
- * uninstrumented. Create the OpenTelemetry SDK first: the tracer and meter are taken when this is called.
+ * metrics (pass `traceHeaders()` to `enqueue()` to carry the execution's trace into an outbox message). Returns
+ * a new engine; the one given keeps working uninstrumented. Create the OpenTelemetry SDK first: the tracer and meter are taken when this is called.
  *
  * The span and instruments record nothing (and cost next to nothing) when no SDK is registered. Outcomes, errors
  * and timing are never changed: every recording is guarded, and the handler runs exactly as before.
@@ -133,7 +132,6 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
 export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions = {}): Engine {
   engineOption('engine', engine)
   const telemetry = resolveTelemetry(options, 'instrumentEngine()')
-  installOutboxPropagation()
   const { tracer, instruments, recordScope } = telemetry
   const protocol = engine.options.reservation
   const attributes = new AttributeCache()

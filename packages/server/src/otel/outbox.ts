@@ -15,7 +15,6 @@ import { objectOptions } from '../options/check.js'
 import type { DispatcherEvent, DispatcherOptions } from '../outbox/dispatcher.js'
 import { outboxNames } from '../outbox/names.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
-import { installOutboxPropagation } from './propagation.js'
 import { errorType, resolveTelemetry, type ServerTelemetryOptions } from './telemetry.js'
 
 export const ATTR_OUTBOX_RESULT = 'oncely.outbox.result'
@@ -53,7 +52,6 @@ export function instrumentDispatcher(
     telemetryOptions,
     'instrumentDispatcher() (its second argument)',
   )
-  installOutboxPropagation()
 
   const traced: Publisher = {
     async publish(message) {

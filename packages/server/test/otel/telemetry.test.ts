@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ENGINE_SIGNALS, type Observable } from '../../src/hooks.js'
 import { createInbox } from '../../src/inbox/index.js'
 import { createEngine, type Engine, type EngineEvent, postgresStore } from '../../src/index.js'
-import { instrumentDispatcher, instrumentEngine, VERSION } from '../../src/otel/index.js'
+import { instrumentDispatcher, instrumentEngine, traceHeaders, VERSION } from '../../src/otel/index.js'
 import { createDispatcher, enqueue, type OutboxMessage } from '../../src/outbox/index.js'
 import {
   engineFor,
@@ -63,7 +63,7 @@ describe('the scripted sequence', () => {
       engine.execute(
         payRequest(tenant, key, {
           handler: async (ctx) => {
-            await enqueue(ctx.tx, { topic: 'payments.created', payload: { key } })
+            await enqueue(ctx.tx, { topic: 'payments.created', payload: { key }, headers: traceHeaders() })
             return pay(key)(ctx)
           },
         }),
