@@ -163,7 +163,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
         return { kind: 'mismatch' }
       case 'busy': {
         const retryAfterMs = estimateRetryAfterMs(found, durations.typical(id.operation))
-        emit?.({ type: 'conflict', retryAfterMs, ...id })
+        emit?.({ type: 'in_progress', retryAfterMs, ...id })
         return { kind: 'in_progress', retryAfterMs }
       }
       case 'free':

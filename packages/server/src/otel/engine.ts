@@ -341,8 +341,8 @@ function onSignal(signal: EngineSignal, telemetry: ServerTelemetry, protocol: st
     case 'released':
       span.addEvent('oncely.released', { [ATTR_ATTEMPT]: signal.attempt, 'oncely.reason': signal.reason })
       break
-    case 'conflict':
-      span.addEvent('oncely.conflict', { 'oncely.retry_after_ms': signal.retryAfterMs })
+    case 'in_progress':
+      span.addEvent('oncely.in_progress', { 'oncely.retry_after_ms': signal.retryAfterMs })
       break
     case 'store_error':
       span.addEvent('oncely.store_error', { 'error.type': errorType(signal.error) })
