@@ -12,7 +12,6 @@ import {
 } from '@oncely/server'
 import { fastifyIdempotency } from '@oncely/server/fastify'
 import { instrumentEngine } from '@oncely/server/otel'
-import { createEngineForTesting } from '@oncely/server/testing'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import pg from 'pg'
 import { registerAuth } from './auth.js'
@@ -112,14 +111,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   registerAuth(app)
 
   const metrics = options.metrics === false ? undefined : (options.metrics ?? createMetrics())
+  // Fault injection lives in `@oncely/server/testing`, which the demo itself must never need: it is loaded only for
+  // the chaos suite (ONCELY_CHAOS=1) and for tests that hand the app faults.
+  const injection = chaos || options.faults ? await import('./fault-injection.js') : undefined
   const execution = chaos?.disableIdempotency
     ? withoutIdempotency(pool)
-    : await withIdempotency(app, createPaymentsEngine(app, options, faults, metrics))
+    : await withIdempotency(app, createPaymentsEngine(app, options, { faults, injection }, metrics))
 
   const handle = createPaymentHandler({
     stepsPool: options.stepsPool ?? ownPool(app, pool),
     provider,
     faults,
+    ...(injection ? { steps: injection.faultySteps(faults) } : {}),
   })
   registerPaymentRoutes(app, { pool, handle, execution })
   registerHealthRoute(app, pool)
@@ -137,7 +140,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 function createPaymentsEngine(
   app: FastifyInstance,
   options: AppOptions,
-  faults: Faults,
+  { faults, injection }: { faults: Faults; injection: typeof import('./fault-injection.js') | undefined },
   metrics: Metrics | undefined,
 ): Engine {
   const engineOptions: EngineOptions = {
@@ -156,18 +159,9 @@ function createPaymentsEngine(
     },
   }
   // Only the chaos suite injects faults into the engine (and, to prove its checker, switches the fence off).
-  const engine =
-    options.chaos || options.faults
-      ? createEngineForTesting({
-          ...engineOptions,
-          hooks: {
-            afterReserve: () => faults.at('after-reserve'),
-            beforeCommit: () => faults.at('before-commit'),
-            afterCommit: () => faults.at('after-commit'),
-          },
-          unsafe: { disableFencing: options.chaos?.disableFencing === true },
-        })
-      : createEngine(engineOptions)
+  const engine = injection
+    ? injection.faultyEngine(engineOptions, faults, options.chaos?.disableFencing === true)
+    : createEngine(engineOptions)
   const stopReaper = engine.startReaper()
   app.addHook('onClose', async () => stopReaper())
   // Requests by outcome, durations, takeovers, keys in progress, store errors and reaper runs, at GET /metrics.

@@ -11,9 +11,8 @@ import { randomUUID } from 'node:crypto'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
 import type { ExecutionContext, HandlerResponse } from '@oncely/server'
 import { type StepsOptions, steps } from '@oncely/server/steps'
-import { stepsForTesting } from '@oncely/server/testing'
 import type pg from 'pg'
-import { type Faults, noFaults } from './faults.js'
+import type { Faults } from './faults.js'
 import { recordPayment } from './ledger.js'
 import { demoProblem } from './problems.js'
 import { type Charge, type Provider, ProviderUnavailableError } from './provider.js'
@@ -39,7 +38,17 @@ export interface PaymentHandlerOptions {
   stepsPool: pg.Pool
   provider: Provider
   faults: Faults
+  /**
+   * Builds the steps handler: `steps` from `@oncely/server/steps`, or its fault-injecting twin for the chaos suite.
+   * @default steps
+   */
+  steps?: StepsFactory
 }
+
+/** What builds a payment's steps handler (`steps`, or the chaos suite's `faultySteps(faults)`). */
+export type StepsFactory = (
+  options: StepsOptions<PaymentState>,
+) => (ctx: ExecutionContext) => Promise<HandlerResponse>
 
 /** Step names are stable across deploys: they are stored in recovery points and derive the provider's keys. */
 export const CHARGE_STEP = 'charge'
@@ -61,15 +70,7 @@ function problemResponse(details: ProblemDetails, headers: Record<string, string
  */
 export function createPaymentHandler(options: PaymentHandlerOptions) {
   const { stepsPool, provider, faults } = options
-  // Chaos only: `after-provider` is past the charge step's commit, so a crash there resumes from the point.
-  const build =
-    faults === noFaults
-      ? steps<PaymentState>
-      : (o: StepsOptions<PaymentState>) =>
-          stepsForTesting<PaymentState>({
-            ...o,
-            hooks: { afterStep: (name) => (name === CHARGE_STEP ? faults.at('after-provider') : undefined) },
-          })
+  const build: StepsFactory = options.steps ?? steps<PaymentState>
 
   return (initialState: PaymentState) =>
     async (ctx: ExecutionContext): Promise<HandlerResponse> => {

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
@@ -23,6 +23,23 @@ describe('migrations', () => {
     expect(applied.filter((name) => name === 'outbox')).toHaveLength(1)
     const { rows } = await db.pool.query('SELECT version FROM payments_api_migrations ORDER BY version')
     expect(rows.map((row) => row.version)).toEqual([1, 2, 3, 4, 5])
+  })
+})
+
+describe('the public API', () => {
+  it("is all the demo loads: @oncely/server/testing only through the chaos suite's dynamic import", () => {
+    const root = new URL('../src/', import.meta.url)
+    const files = readdirSync(root, { recursive: true, encoding: 'utf8' }).filter((name) =>
+      name.endsWith('.ts'),
+    )
+    const sources = new Map(files.map((name) => [name, readFileSync(new URL(name, root), 'utf8')]))
+    const testing = [...sources].filter(([, text]) => text.includes("from '@oncely/server/testing'"))
+    expect(testing.map(([name]) => name)).toEqual(['fault-injection.ts'])
+    for (const [name, text] of sources) {
+      // A static import of the module would load the testing entry on every start.
+      expect(/^import[^;]*'\.\/fault-injection\.js'/m.test(text), name).toBe(false)
+    }
+    expect(sources.get('app.ts')).toContain("await import('./fault-injection.js')")
   })
 })
 

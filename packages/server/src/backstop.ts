@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { objectOptions, requiredFunction } from './options/check.js'
 import type { Database } from './store/database.js'
 
 /** What {@link insertOrExisting} found. */
@@ -73,9 +74,12 @@ export async function insertOrExisting<T, Tx = pg.PoolClient>(
   tx: Tx,
   options: BackstopOptions<T, Tx>,
 ): Promise<BackstopResult<T>> {
-  if (typeof options?.constraint !== 'string' || options.constraint === '') {
+  objectOptions('insertOrExisting()', options)
+  if (typeof options.constraint !== 'string' || options.constraint === '') {
     throw new TypeError('Expected `constraint` to be the name of a unique constraint.')
   }
+  requiredFunction('insert', options.insert)
+  requiredFunction('existing', options.existing)
   const { database } = options
   if (database?.savepoint) {
     try {

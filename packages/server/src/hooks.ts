@@ -9,12 +9,22 @@ export type EngineSignal =
 
 /**
  * An engine's observer slot: `engine[ENGINE_SIGNALS](observer)` attaches an observer and returns the detach
- * function. Set on every engine `createEngine` returns (enumerable, so wrappers that spread the engine keep it).
+ * function. Set on every engine `createEngine` returns, not enumerable (no part of the engine a user sees), so a
+ * wrapper keeps it only through {@link wrapEngine}: telemetry on a wrapper spread by hand sees its executions but not
+ * the engine's own signals (takeovers, store errors, reaper runs).
  */
 export const ENGINE_SIGNALS: unique symbol = Symbol.for('oncely.server.engine-signals')
 
 export interface Observable {
   [ENGINE_SIGNALS]?: (observer: (signal: EngineSignal) => void) => () => void
+}
+
+/** `engine` with `overrides` (its `execute`, say), keeping the observer slot: how oncely's own wrappers are built. */
+export function wrapEngine<E extends object>(engine: E, overrides: Partial<E>): E {
+  const wrapped = { ...engine, ...overrides }
+  const signals = (engine as Observable)[ENGINE_SIGNALS]
+  if (signals) Object.defineProperty(wrapped, ENGINE_SIGNALS, { value: signals, enumerable: false })
+  return wrapped
 }
 
 /**
@@ -53,21 +63,4 @@ export function traceHeadersFrom(
     found[name] = value
   }
   return found
-}
-
-const OUTBOX_TRACE = Symbol.for('oncely.server.outbox-trace')
-type Injector = () => Record<string, string> | undefined
-const slots = globalThis as { [OUTBOX_TRACE]?: Injector }
-
-/** Installs what `enqueue` asks for the active trace context's headers (`@oncely/server/otel` does). */
-export function setOutboxTraceInjector(inject: Injector): void {
-  slots[OUTBOX_TRACE] = inject
-}
-
-/** `headers` plus the active trace context's (when telemetry is installed); the caller's own headers win. */
-export function withTraceContext(headers: Record<string, string>): Record<string, string> {
-  const inject = slots[OUTBOX_TRACE]
-  if (inject === undefined) return headers
-  const trace = inject()
-  return trace === undefined ? headers : { ...trace, ...headers }
 }

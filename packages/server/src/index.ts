@@ -1,6 +1,3 @@
-export type { FingerprintInput } from '@oncely/protocol'
-// The request fingerprint, for calling the engine without an HTTP adapter (no need to add @oncely/protocol).
-export { requestFingerprint } from '@oncely/protocol'
 export type { BackstopOptions, BackstopResult } from './backstop.js'
 export { insertOrExisting } from './backstop.js'
 export type { NodePostgresOptions } from './datasources/node-postgres.js'

@@ -215,7 +215,7 @@ describe('6. in flight', () => {
     if (second.kind !== 'in_progress') return
     // The holder has run for a moment and nothing is known of how long this operation takes: ask again soon.
     expect(second.retryAfterMs).toBe(1_000)
-    expect(events.some((e) => e.type === 'conflict')).toBe(true)
+    expect(events.some((e) => e.type === 'in_progress')).toBe(true)
     release.open()
     expect((await first).kind).toBe('executed')
   })

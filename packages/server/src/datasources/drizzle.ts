@@ -4,6 +4,7 @@
 import { is, type SQL, sql } from 'drizzle-orm'
 import { type PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core'
 import type pg from 'pg'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'
 import { nodePostgres } from './node-postgres.js'
@@ -43,8 +44,7 @@ const databases = new WeakMap<object, Database<unknown>>()
 export function drizzle<DB extends AnyPgDatabase>(
   options: DrizzleOptions<DB>,
 ): Database<DrizzleTransaction<DB>> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('drizzle()', options)
   const { db } = options
   if (typeof db?.transaction !== 'function' || typeof db.execute !== 'function')
     throw new TypeError(

@@ -3,6 +3,7 @@
 // error (its message prefixed with the query), so Postgres's SQLSTATE stays its `code`; and Knex listens for
 // `'error'` on its connections itself, so a connection lost inside a transaction fails its next query only.
 import createKnex, { type Knex } from 'knex'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { SIDE_LANE_CONNECTIONS } from '../store/side-lane.js'
 import { callbackDatabase } from './callback-database.js'
@@ -54,8 +55,7 @@ const isKnex = (value: unknown): value is Knex =>
  * const engine = createEngine({ store: postgresStore({ database: knexDatabase({ knex: db }) }) })
  */
 export function knexDatabase(options: KnexOptions): Database<Knex.Transaction> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('knexDatabase()', options)
   const { knex } = options
   if (!isKnex(knex)) throw new TypeError('Expected `knex` to be a Knex instance.')
   if (knex.client?.dialect !== 'postgresql')

@@ -3,6 +3,7 @@
 // Postgres driver rejects with node-postgres's error itself (SQLSTATE as `code`), so errors need no translation.
 import { CompiledQuery, type Kysely, type QueryResult, type Transaction } from 'kysely'
 import type pg from 'pg'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { sideLane } from '../store/side-lane.js'
 import { callbackDatabase } from './callback-database.js'
@@ -46,8 +47,7 @@ const compiled = (statement: Statement) => CompiledQuery.raw(statement.text, [..
  * const engine = createEngine({ store: postgresStore({ database: kyselyDatabase({ db, pool }) }) })
  */
 export function kyselyDatabase<DB>(options: KyselyOptions<DB>): Database<Transaction<DB>> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('kyselyDatabase()', options)
   const { db, pool } = options
   if (!isKysely(db)) throw new TypeError('Expected `db` to be a Kysely instance.')
   if (typeof pool?.connect !== 'function' || typeof pool.query !== 'function')

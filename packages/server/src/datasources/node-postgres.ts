@@ -3,6 +3,7 @@
 // its BEGIN, the finished record with its COMMIT, so a new key costs the round trips of the bare transaction.
 import type pg from 'pg'
 import { StoreSetupError } from '../errors.js'
+import { objectOptions, optionalBoolean } from '../options/check.js'
 import type { Database, Rows, Session, Statement, Step } from '../store/database.js'
 import { sideLane } from '../store/side-lane.js'
 import { executeText, fitsOneMessage, inlineText, sqlPrepared } from './pg-message.js'
@@ -38,15 +39,12 @@ const databases = new WeakMap<pg.Pool, Map<boolean, Database<pg.PoolClient>>>()
  * const store = postgresStore({ database: nodePostgres({ pool }) }) // what postgresStore({ pool }) does
  */
 export function nodePostgres(options: NodePostgresOptions): Database<pg.PoolClient> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('nodePostgres()', options)
   const { pool } = options
   if (typeof pool?.connect !== 'function' || typeof pool.query !== 'function') {
     throw new TypeError('Expected `pool` to be a pg.Pool.')
   }
-  const preparedStatements = options.preparedStatements ?? true
-  if (typeof preparedStatements !== 'boolean')
-    throw new TypeError('Expected `preparedStatements` to be a boolean.')
+  const preparedStatements = optionalBoolean('preparedStatements', options.preparedStatements, true)
   let known = databases.get(pool)
   if (!known) {
     known = new Map()

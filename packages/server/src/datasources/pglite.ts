@@ -12,6 +12,7 @@
 // its database too, so no one could take the key over; and PGlite's idle timer hangs the instance when it fires),
 // and `side` refuses at once while a transaction is open instead of waiting for it.
 import type { PGliteInterface, Results, Transaction } from '@electric-sql/pglite'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'
 
@@ -45,8 +46,7 @@ const databases = new WeakMap<PGliteInterface, Database<Transaction>>()
  * const engine = createEngine({ store: postgresStore({ database }) })
  */
 export function pglite(options: PGliteOptions): Database<Transaction> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('pglite()', options)
   const { db } = options
   if (typeof db?.query !== 'function' || typeof db.transaction !== 'function') {
     throw new TypeError('Expected `db` to be a PGlite instance.')

@@ -1,6 +1,7 @@
 // The postgres.js datasource: the seam over a `postgres()` instance (v3), through callback-database.ts. The handler's
 // transaction is the `TransactionSql` of `sql.begin(async (tx) => ...)`.
 import type { Sql, TransactionSql } from 'postgres'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'
 
@@ -40,8 +41,7 @@ const databases = new WeakMap<Sql, Database<TransactionSql>>()
  * // in a handler: await ctx.tx`INSERT INTO payments (cart) VALUES (${cart})`
  */
 export function postgresJs(options: PostgresJsOptions): Database<TransactionSql> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('postgresJs()', options)
   const { sql, side } = options
   if (!isSql(sql)) throw new TypeError('Expected `sql` to be a postgres.js instance (`postgres(url)`).')
   if (side !== undefined && !isSql(side))

@@ -12,6 +12,7 @@
 // its SQLSTATE (node-postgres tells it to the connection's listeners, which the driver adapter keeps): the engine
 // recognizes the lost lease by the time since it last kept it.
 import type { ITXClientDenyList } from '@prisma/client/runtime/client'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { callbackDatabase } from './callback-database.js'
 
@@ -136,8 +137,7 @@ async function run(client: PrismaClientLike, statement: Statement): Promise<Rows
 export function prismaDatabase<Client extends PrismaClientLike>(
   options: PrismaOptions<Client>,
 ): Database<PrismaTransaction<Client>> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('prismaDatabase()', options)
   const { prisma, side } = options
   if (!isClient(prisma)) throw new TypeError('Expected `prisma` to be a PrismaClient.')
   if (!isClient(side))

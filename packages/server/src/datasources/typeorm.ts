@@ -4,6 +4,7 @@
 // driver's error as `driverError` (and copies its fields); the SQLSTATE is made sure to stay `code`.
 import type pg from 'pg'
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm'
+import { objectOptions } from '../options/check.js'
 import type { Database, Rows, Statement } from '../store/database.js'
 import { sideLane } from '../store/side-lane.js'
 import { callbackDatabase } from './callback-database.js'
@@ -43,8 +44,7 @@ async function run(runner: QueryRunner, statement: Statement): Promise<Rows> {
  * const engine = createEngine({ store: postgresStore({ database: typeormDatabase({ dataSource }) }) })
  */
 export function typeormDatabase(options: TypeormOptions): Database<EntityManager> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('typeormDatabase()', options)
   const { dataSource } = options
   if (typeof dataSource?.transaction !== 'function' || typeof dataSource.createQueryRunner !== 'function')
     throw new TypeError('Expected `dataSource` to be a TypeORM DataSource.')

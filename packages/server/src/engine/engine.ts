@@ -163,7 +163,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
         return { kind: 'mismatch' }
       case 'busy': {
         const retryAfterMs = estimateRetryAfterMs(found, durations.typical(id.operation))
-        emit?.({ type: 'conflict', retryAfterMs, ...id })
+        emit?.({ type: 'in_progress', retryAfterMs, ...id })
         return { kind: 'in_progress', retryAfterMs }
       }
       case 'free':
@@ -330,5 +330,7 @@ export function buildEngine<Tx>(options: EngineOptions<Tx>, faults: FaultOptions
       }
     },
   }
+  // Not enumerable: the slot is no part of the engine users see (logged, compared, spread); wrapEngine() keeps it.
+  Object.defineProperty(engine, ENGINE_SIGNALS, { enumerable: false })
   return engine
 }

@@ -1,13 +1,10 @@
+import { objectOptions, positiveInteger, refuseTestingOptions } from '../options/check.js'
 import type { FaultOptions } from './faults.js'
 import { DEFAULT_REPLAY_HEADERS, FORBIDDEN_REPLAY_HEADERS } from './response.js'
 import type { EngineOptions, ExecuteInput, KeyId } from './types.js'
 
-export function positiveInteger(option: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
-    throw new TypeError(`Expected \`${option}\` to be a positive integer, got ${String(value)}.`)
-  }
-  return value
-}
+// Re-exported for the engine's and the HTTP core's modules, which import it from here.
+export { positiveInteger }
 
 export interface ResolvedOptions {
   leaseMs: number
@@ -49,15 +46,8 @@ export function resolveOptions<Tx>(
   options: EngineOptions<Tx>,
   faults: FaultOptions<Tx> = {},
 ): ResolvedOptions {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  for (const name of ['hooks', 'unsafe'] as const) {
-    if (name in options) {
-      throw new TypeError(
-        `\`${name}\` is not an option of createEngine(): fault injection is for tests, through createEngineForTesting() from '@oncely/server/testing'.`,
-      )
-    }
-  }
+  objectOptions('createEngine()', options)
+  refuseTestingOptions('createEngine()', options, ['hooks', 'unsafe'], 'createEngineForTesting()')
   const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
   const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 86_400_000)
   checkLeaseAndRetention(leaseMs, retentionMs)

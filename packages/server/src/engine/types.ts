@@ -184,7 +184,7 @@ export type EngineEvent =
   | (EventBase & { type: 'reserved'; attempt: number })
   | (EventBase & { type: 'executed'; attempt: number; status: number; durationMs: number })
   | (EventBase & { type: 'replayed'; status: number })
-  | (EventBase & { type: 'conflict'; retryAfterMs: number })
+  | (EventBase & { type: 'in_progress'; retryAfterMs: number })
   | (EventBase & { type: 'mismatch' })
   | (EventBase & { type: 'takeover'; attempt: number })
   | (EventBase & { type: 'fenced_out'; attempt: number })
@@ -271,7 +271,7 @@ export interface EngineOptions<Tx = pg.PoolClient> {
    * createEngine({ store, reservation: 'row' }) // in_progress rows and the remaining lease as Retry-After
    */
   reservation?: 'row' | 'lock'
-  /** Receives typed events (reserved, executed, replayed, conflict, mismatch, takeover, ...). Must not throw. */
+  /** Receives typed events (reserved, executed, replayed, in_progress, mismatch, takeover, ...). Must not throw. */
   onEvent?: (event: EngineEvent) => void
 }
 

@@ -13,6 +13,7 @@ const NAMES = new Set([
   'StoreSetupError',
   'StepFencedOutError',
   'NoStreamForSubjectError',
+  'RedisTimeoutError',
 ])
 
 /** True for any error thrown by `@oncely/server`, also across bundles (checks the name). */

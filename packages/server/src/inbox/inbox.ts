@@ -1,9 +1,16 @@
 import { createHash } from 'node:crypto'
 import { canonicalJson } from '@oncely/protocol'
 import type pg from 'pg'
-import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass, ExecuteInput, Outcome } from '../engine/types.js'
 import { INBOX_DELIVERY, type MarkedInput } from '../hooks.js'
+import {
+  engineOption,
+  nonEmptyString,
+  objectOptions,
+  optionalFunction,
+  positiveInteger,
+  requiredFunction,
+} from '../options/check.js'
 
 /** What a message handler receives. */
 export interface MessageContext<Tx = pg.PoolClient> {
@@ -202,20 +209,16 @@ function parseResult<T>(body: Buffer): T {
  * } })
  */
 export function createInbox<Tx = pg.PoolClient>(options: InboxOptions<Tx>): Inbox<Tx> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  const { engine, consumer } = options
-  if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
-  if (typeof consumer !== 'string' || consumer === '') {
-    throw new TypeError('Expected `consumer` to be a non-empty string.')
-  }
+  objectOptions('createInbox()', options)
+  const engine = engineOption('engine', options.engine)
+  const consumer = nonEmptyString('consumer', options.consumer)
   const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 604_800_000)
   const leaseMs = options.leaseMs === undefined ? undefined : positiveInteger('leaseMs', options.leaseMs)
   const failureRetryAfterMs = positiveInteger('failureRetryAfterMs', options.failureRetryAfterMs ?? 1_000)
-  const classify = options.classify ?? (() => 'retryable' as const)
-  if (typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function.')
-  const onEvent = options.onEvent ?? ((event: InboxEvent) => console.error(describeInboxEvent(event)))
-  if (typeof onEvent !== 'function') throw new TypeError('Expected `onEvent` to be a function.')
+  const classify = optionalFunction('classify', options.classify) ?? (() => 'retryable' as const)
+  const onEvent =
+    optionalFunction('onEvent', options.onEvent) ??
+    ((event: InboxEvent) => console.error(describeInboxEvent(event)))
   const report = (event: InboxEvent) => {
     try {
       onEvent(event)
@@ -225,15 +228,11 @@ export function createInbox<Tx = pg.PoolClient>(options: InboxOptions<Tx>): Inbo
   }
 
   async function consume<T>(input: ConsumeInput<T, Tx>): Promise<ConsumeResult<T>> {
-    if (typeof input?.messageId !== 'string' || input.messageId === '') {
-      throw new TypeError('Expected `messageId` to be a non-empty string.')
-    }
-    if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
+    nonEmptyString('messageId', input?.messageId)
+    requiredFunction('handler', input.handler)
     const topic = input.topic ?? 'message'
     const { tenant } = input
-    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) {
-      throw new TypeError('Expected `tenant` to be a non-empty string.')
-    }
+    if (tenant !== undefined) nonEmptyString('tenant', tenant)
     const execution: ExecuteInput<Tx> & MarkedInput = {
       ...recordOf(consumer, topic, input.messageId, tenant),
       fingerprint: payloadFingerprint(input.payload),

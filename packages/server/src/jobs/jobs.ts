@@ -1,7 +1,7 @@
 import type { PoolClient } from 'pg'
-import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass } from '../engine/types.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
+import { nonEmptyString, objectOptions, positiveInteger } from '../options/check.js'
 
 /** Options of {@link createJobs}. */
 export interface JobsOptions<Tx = PoolClient> {
@@ -62,9 +62,7 @@ export type RunOnceInput<T, Tx = PoolClient> = {
 /** The record key of an occurrence: the caller's slot, or the ISO time truncated to `slotMs`. */
 function slotKey(input: Omit<RunOnceInput<unknown>, 'handler'>, slotMs: number): string {
   if (input.slot !== undefined) {
-    if (typeof input.slot !== 'string' || input.slot === '') {
-      throw new TypeError('Expected `slot` to be a non-empty string.')
-    }
+    nonEmptyString('slot', input.slot)
     if (input.scheduledFor !== undefined) throw new TypeError('Expected `slot` or `scheduledFor`, not both.')
     return input.slot
   }
@@ -95,8 +93,7 @@ export interface Jobs<Tx = PoolClient> {
  *   jobs.runOnce({ jobId: 'nightly-invoices', scheduledFor, handler: ({ tx }) => issueInvoices(tx) }))
  */
 export function createJobs<Tx = PoolClient>(options: JobsOptions<Tx>): Jobs<Tx> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('createJobs()', options)
   const slotMs = positiveInteger('slotMs', options.slotMs ?? 60_000)
   const inbox = createInbox<Tx>({
     engine: options.engine,
@@ -107,9 +104,7 @@ export function createJobs<Tx = PoolClient>(options: JobsOptions<Tx>): Jobs<Tx> 
   })
   return {
     runOnce(input) {
-      if (typeof input?.jobId !== 'string' || input.jobId === '') {
-        throw new TypeError('Expected `jobId` to be a non-empty string.')
-      }
+      nonEmptyString('jobId', input?.jobId)
       return inbox.consume({
         messageId: slotKey(input, slotMs),
         topic: input.jobId,

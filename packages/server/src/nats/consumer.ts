@@ -1,8 +1,8 @@
 import type { JsMsg } from '@nats-io/jetstream'
 import { canonicalJson, type JsonValue, parseStrictJson } from '@oncely/protocol'
-import { positiveInteger } from '../engine/options.js'
 import { traceHeadersFrom } from '../hooks.js'
 import type { ConsumeResult, Inbox, MessageContext } from '../inbox/inbox.js'
+import { objectOptions, oneOf, positiveInteger } from '../options/check.js'
 
 /** Options of {@link consumeJetStreamMessage}. */
 export interface JetStreamConsumeOptions {
@@ -51,15 +51,9 @@ function checkOptions(options: JetStreamConsumeOptions): {
   mismatchDelayMs: number
   onReject: 'term' | 'ack'
 } {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  const { onMismatch = 'nak', onReject = 'term' } = options
-  if (onMismatch !== 'nak' && onMismatch !== 'term') {
-    throw new TypeError(`Expected \`onMismatch\` to be 'nak' or 'term', got ${String(onMismatch)}.`)
-  }
-  if (onReject !== 'term' && onReject !== 'ack') {
-    throw new TypeError(`Expected \`onReject\` to be 'term' or 'ack', got ${String(onReject)}.`)
-  }
+  objectOptions('consumeJetStreamMessage()', options)
+  const onMismatch = oneOf('onMismatch', options.onMismatch ?? 'nak', ['nak', 'term'])
+  const onReject = oneOf('onReject', options.onReject ?? 'term', ['term', 'ack'])
   const mismatchDelayMs = positiveInteger('mismatchDelayMs', options.mismatchDelayMs ?? 60_000)
   return { onMismatch, mismatchDelayMs, onReject }
 }

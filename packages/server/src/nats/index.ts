@@ -1,4 +1,5 @@
+export { isNoStreamForSubjectError, NoStreamForSubjectError } from '../errors/no-stream-for-subject-error.js'
 export type { JetStreamConsumeOptions } from './consumer.js'
 export { consumeJetStreamMessage } from './consumer.js'
 export type { JetStreamPublisherOptions } from './publisher.js'
-export { isNoStreamForSubjectError, jetStreamPublisher, NoStreamForSubjectError } from './publisher.js'
+export { jetStreamPublisher } from './publisher.js'

@@ -1,6 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
-import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
+import { NoStreamForSubjectError } from '../errors/no-stream-for-subject-error.js'
+import { objectOptions, optionalFunction, positiveInteger } from '../options/check.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
 
 /** Options of {@link jetStreamPublisher}. */
@@ -11,29 +12,6 @@ export interface JetStreamPublisherOptions {
   subject?: (message: OutboxMessage) => string
   /** Time to wait for the stream's PubAck. @default 5_000 */
   timeoutMs?: number
-}
-
-/**
- * A publish found no stream listening on its subject. JetStream answers such a publish with "no responders", which
- * the client reports as `JetStreamNotEnabled`; this error names the subject and the fix instead (the original is
- * its `cause`).
- */
-export class NoStreamForSubjectError extends OncelyServerError {
-  override name = 'NoStreamForSubjectError' as const
-  /** The subject no stream covers. */
-  readonly subject: string
-  constructor(subject: string, options?: ErrorOptions) {
-    super(
-      `No JetStream stream covers the subject "${subject}", so the message was not stored. Create a stream whose subjects include it (for example \`await jsm.streams.add({ name: 'ORDERS', subjects: ['${subject}'] })\` with \`jsm = await jetstreamManager(nc)\`), or map the topic to a covered subject with \`jetStreamPublisher({ subject })\`. If no stream works at all, check that the server runs with JetStream enabled (\`nats-server -js\`).`,
-      options,
-    )
-    this.subject = subject
-  }
-}
-
-/** True for a {@link NoStreamForSubjectError}, also across bundles. */
-export function isNoStreamForSubjectError(error: unknown): error is NoStreamForSubjectError {
-  return error instanceof NoStreamForSubjectError || nameOf(error) === 'NoStreamForSubjectError'
 }
 
 /**
@@ -50,14 +28,11 @@ export function isNoStreamForSubjectError(error: unknown): error is NoStreamForS
  * createDispatcher({ pool, publisher: jetStreamPublisher({ js }) }).start()
  */
 export function jetStreamPublisher(options: JetStreamPublisherOptions): Publisher {
-  if (typeof options?.js?.publish !== 'function')
+  objectOptions('jetStreamPublisher()', options)
+  if (typeof options.js?.publish !== 'function')
     throw new TypeError('Expected `js` to be a JetStream client.')
-  const subject = options.subject ?? ((message: OutboxMessage) => message.topic)
-  if (typeof subject !== 'function') throw new TypeError('Expected `subject` to be a function.')
-  const timeout = options.timeoutMs ?? 5_000
-  if (!Number.isSafeInteger(timeout) || timeout <= 0) {
-    throw new TypeError(`Expected \`timeoutMs\` to be a positive integer, got ${String(timeout)}.`)
-  }
+  const subject = optionalFunction('subject', options.subject) ?? ((message: OutboxMessage) => message.topic)
+  const timeout = positiveInteger('timeoutMs', options.timeoutMs ?? 5_000)
   return {
     async publish(message) {
       const h = natsHeaders()

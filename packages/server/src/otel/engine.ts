@@ -19,8 +19,9 @@ import {
   type InboxDelivery,
   type MarkedInput,
   type Observable,
+  wrapEngine,
 } from '../hooks.js'
-import { installOutboxPropagation } from './propagation.js'
+import { engineOption } from '../options/check.js'
 import {
   AttributeCache,
   errorType,
@@ -99,7 +100,6 @@ interface Execution {
 }
 
 const EXECUTION = createContextKey('oncely.server.execution')
-const INSTRUMENTED: unique symbol = Symbol.for('oncely.server.otel.instrumented')
 
 /** The context a delivery's span starts in: the message's trace, unless the active span already belongs to it. */
 function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span } {
@@ -118,8 +118,8 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
  * Instruments an engine, and through it every adapter that runs on it (Fastify, Express, Fetch, the inbox, the
  * webhook receiver, jobs, steps): a span per execution (a child of the active span, such as the incoming HTTP
  * request's when HTTP instrumentation is on), request, duration, takeover, in-progress, store-error and reaper
- * metrics, and the trace context carried into outbox messages. Returns a new engine; the one given keeps working
- * uninstrumented. Create the OpenTelemetry SDK first: the tracer and meter are taken when this is called.
+ * metrics (pass `traceHeaders()` to `enqueue()` to carry the execution's trace into an outbox message). Returns
+ * a new engine; the one given keeps working uninstrumented. Create the OpenTelemetry SDK first: the tracer and meter are taken when this is called.
  *
  * The span and instruments record nothing (and cost next to nothing) when no SDK is registered. Outcomes, errors
  * and timing are never changed: every recording is guarded, and the handler runs exactly as before.
@@ -130,9 +130,8 @@ function deliveryParent(delivery: InboxDelivery): { parent: Context; link?: Span
  * await app.register(fastifyIdempotency, { engine, tenant: (request) => request.user.tenantId })
  */
 export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions = {}): Engine {
-  if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
-  const telemetry = resolveTelemetry(options)
-  installOutboxPropagation()
+  engineOption('engine', engine)
+  const telemetry = resolveTelemetry(options, 'instrumentEngine()')
   const { tracer, instruments, recordScope } = telemetry
   const protocol = engine.options.reservation
   const attributes = new AttributeCache()
@@ -231,8 +230,7 @@ export function instrumentEngine(engine: Engine, options: ServerTelemetryOptions
   }
 
   // reap() and startReaper() are the engine's own: their runs reach the metrics through the engine's signals.
-  const instrumented: Engine & { [INSTRUMENTED]: true } = { ...engine, execute, [INSTRUMENTED]: true }
-  return instrumented
+  return wrapEngine(engine, { execute })
 }
 
 function spanAttributes(
@@ -343,8 +341,8 @@ function onSignal(signal: EngineSignal, telemetry: ServerTelemetry, protocol: st
     case 'released':
       span.addEvent('oncely.released', { [ATTR_ATTEMPT]: signal.attempt, 'oncely.reason': signal.reason })
       break
-    case 'conflict':
-      span.addEvent('oncely.conflict', { 'oncely.retry_after_ms': signal.retryAfterMs })
+    case 'in_progress':
+      span.addEvent('oncely.in_progress', { 'oncely.retry_after_ms': signal.retryAfterMs })
       break
     case 'store_error':
       span.addEvent('oncely.store_error', { 'error.type': errorType(signal.error) })

@@ -14,6 +14,7 @@ export {
   outcomeName,
 } from './engine.js'
 export { ATTR_OUTBOX_RESULT, instrumentDispatcher } from './outbox.js'
+export { traceHeaders } from './propagation.js'
 export type { ServerTelemetryOptions } from './telemetry.js'
 export { INSTRUMENTATION_NAME } from './telemetry.js'
 export { VERSION } from './version.js'

@@ -11,10 +11,10 @@ import {
   trace,
 } from '@opentelemetry/api'
 import type pg from 'pg'
+import { objectOptions } from '../options/check.js'
 import type { DispatcherEvent, DispatcherOptions } from '../outbox/dispatcher.js'
 import { outboxNames } from '../outbox/names.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
-import { installOutboxPropagation } from './propagation.js'
 import { errorType, resolveTelemetry, type ServerTelemetryOptions } from './telemetry.js'
 
 export const ATTR_OUTBOX_RESULT = 'oncely.outbox.result'
@@ -42,15 +42,16 @@ export function instrumentDispatcher(
   options: DispatcherOptions,
   telemetryOptions: ServerTelemetryOptions = {},
 ): DispatcherOptions {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('instrumentDispatcher()', options)
   const { publisher, pool } = options
   if (typeof publisher?.publish !== 'function')
     throw new TypeError('Expected `publisher` to have a `publish` method.')
   if (typeof pool?.query !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
   const { table } = outboxNames(options.schema)
-  const { tracer, instruments } = resolveTelemetry(telemetryOptions)
-  installOutboxPropagation()
+  const { tracer, instruments } = resolveTelemetry(
+    telemetryOptions,
+    'instrumentDispatcher() (its second argument)',
+  )
 
   const traced: Publisher = {
     async publish(message) {

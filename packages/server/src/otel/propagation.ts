@@ -1,17 +1,17 @@
 import { context, propagation } from '@opentelemetry/api'
-import { setOutboxTraceInjector } from '../hooks.js'
-
-/** The active context's propagation headers (W3C `traceparent`, `tracestate` with the default propagator). */
-function activeTraceHeaders(): Record<string, string> | undefined {
-  const carrier: Record<string, string> = {}
-  propagation.inject(context.active(), carrier)
-  return Object.keys(carrier).length > 0 ? carrier : undefined
-}
 
 /**
- * Makes `enqueue` add the active trace context to each message's headers. Process-wide and idempotent: the
- * propagator and the active context are process-wide too.
+ * The active trace context as message headers (W3C `traceparent` and `tracestate` with the default propagator), to
+ * pass as `enqueue()`'s `headers` so the consumer continues the trace: the instrumented dispatcher publishes the
+ * message in a child span of it, and the inbox's execution in a child of that. Empty when no span is active or no
+ * propagator is registered.
+ *
+ * @example
+ * import { traceHeaders } from '@oncely/server/otel'
+ * await enqueue(ctx.tx, { topic: 'orders.created', payload: order, headers: traceHeaders() })
  */
-export function installOutboxPropagation(): void {
-  setOutboxTraceInjector(activeTraceHeaders)
+export function traceHeaders(): Record<string, string> {
+  const carrier: Record<string, string> = {}
+  propagation.inject(context.active(), carrier)
+  return carrier
 }

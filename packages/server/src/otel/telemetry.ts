@@ -11,6 +11,7 @@ import {
   trace,
   type UpDownCounter,
 } from '@opentelemetry/api'
+import { objectOptions, optionalBoolean } from '../options/check.js'
 import { VERSION } from './version.js'
 
 /** The instrumentation scope: tracers and meters are named after the package and its version. */
@@ -132,20 +133,20 @@ function createInstruments(meter: Meter): ServerInstruments {
 
 const byMeterProvider = new WeakMap<MeterProvider, { meter: Meter; instruments: ServerInstruments }>()
 
-/** Resolves the options: one tracer, one meter and one set of instruments per provider, created on first use. */
-export function resolveTelemetry(options: ServerTelemetryOptions = {}): ServerTelemetry {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+/**
+ * Resolves the telemetry options given to `factory` (named in errors): one tracer, one meter and one set of
+ * instruments per provider, created on first use.
+ */
+export function resolveTelemetry(options: ServerTelemetryOptions, factory: string): ServerTelemetry {
+  objectOptions(factory, options)
   const tracerProvider = options.tracerProvider ?? trace.getTracerProvider()
   const meterProvider = options.meterProvider ?? metrics.getMeterProvider()
   if (typeof tracerProvider?.getTracer !== 'function')
     throw new TypeError('Expected `tracerProvider` to be an OpenTelemetry TracerProvider.')
   if (typeof meterProvider?.getMeter !== 'function')
     throw new TypeError('Expected `meterProvider` to be an OpenTelemetry MeterProvider.')
-  for (const name of ['recordScope', 'recordKey'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'boolean')
-      throw new TypeError(`Expected \`${name}\` to be a boolean.`)
-  }
+  const recordScope = optionalBoolean('recordScope', options.recordScope, false)
+  const recordKey = optionalBoolean('recordKey', options.recordKey, false)
   let resolved = byMeterProvider.get(meterProvider)
   if (!resolved) {
     const meter = meterProvider.getMeter(INSTRUMENTATION_NAME, VERSION)
@@ -156,8 +157,8 @@ export function resolveTelemetry(options: ServerTelemetryOptions = {}): ServerTe
     tracer: tracerProvider.getTracer(INSTRUMENTATION_NAME, VERSION),
     meter: resolved.meter,
     instruments: resolved.instruments,
-    recordScope: options.recordScope === true,
-    recordKey: options.recordKey === true,
+    recordScope,
+    recordKey,
   }
 }
 

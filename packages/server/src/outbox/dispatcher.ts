@@ -1,7 +1,7 @@
 import { randomInt, randomUUID } from 'node:crypto'
 import type pg from 'pg'
-import { positiveInteger } from '../engine/options.js'
-import { asDatabase } from '../store/as-database.js'
+import { objectOptions, optionalFunction, positiveInteger, refuseTestingOptions } from '../options/check.js'
+import { poolOrDatabase } from '../options/datasource.js'
 import type { Database } from '../store/database.js'
 import { quoteIdent } from '../store/identifiers.js'
 import { affected, isDistributed, onEveryShard, SHARD } from '../store/shards.js'
@@ -130,25 +130,15 @@ function describe(error: unknown): string {
  * process.on('SIGTERM', () => dispatcher.stop())
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
-  if (typeof options === 'object' && options !== null && 'hooks' in options) {
-    throw new TypeError(
-      "`hooks` is not an option of createDispatcher(): fault injection is for tests, through createDispatcherForTesting() from '@oncely/server/testing'.",
-    )
-  }
+  refuseTestingOptions('createDispatcher()', options, ['hooks'], 'createDispatcherForTesting()')
   return buildDispatcher(options, {})
 }
 
 /** {@link createDispatcher} with fault injection (see `@oncely/server/testing`). */
 export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHooks): Dispatcher {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('createDispatcher()', options)
   const { pool, publisher } = options
-  if ((pool === undefined) === (options.database === undefined)) {
-    throw new TypeError('Expected either `pool` (a pg.Pool) or `database` (a datasource), not both.')
-  }
-  if (pool !== undefined && typeof pool?.connect !== 'function')
-    throw new TypeError('Expected `pool` to be a pg.Pool.')
-  const database = options.database ?? asDatabase(pool as pg.Pool, 'createDispatcher({ pool })')
+  const database = poolOrDatabase('createDispatcher()', options)
   if (typeof publisher?.publish !== 'function')
     throw new TypeError('Expected `publisher` to have a `publish` method.')
   const { table, channel } = outboxNames(options.schema)
@@ -156,10 +146,9 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
   const maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10)
   const pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1_000)
-  const retryDelayMs = options.retryDelayMs ?? defaultRetryDelay
-  if (typeof retryDelayMs !== 'function') throw new TypeError('Expected `retryDelayMs` to be a function.')
+  const retryDelayMs = optionalFunction('retryDelayMs', options.retryDelayMs) ?? defaultRetryDelay
   const onEvent =
-    options.onEvent ??
+    optionalFunction('onEvent', options.onEvent) ??
     ((event: DispatcherEvent) => {
       if (event.type === 'listen_unavailable') console.error(event.error.message)
     })

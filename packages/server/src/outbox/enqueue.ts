@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
-import { withTraceContext } from '../hooks.js'
 import type { Database, Statement } from '../store/database.js'
 import { outboxNames } from './names.js'
 import * as q from './queries.js'
@@ -17,8 +16,10 @@ export interface EnqueueInput {
    */
   aggregateKey?: string
   /**
-   * String headers handed to the publisher with the message. With `@oncely/server/otel` installed, the active
-   * trace context (`traceparent`, `tracestate`) is added unless given here, so the consumer continues the trace.
+   * String headers handed to the publisher with the message. To continue the active trace in the consumer, pass
+   * the trace context here: `traceHeaders()` from `@oncely/server/otel`.
+   * @default {}
+   * @example headers: { ...traceHeaders(), 'content-language': 'en' }
    */
   headers?: Record<string, string>
   /** Your own id for the message (a UUID). @default a random UUID */
@@ -110,7 +111,7 @@ export async function enqueue<Tx = pg.ClientBase>(
       topic: input.topic,
       aggregateKey,
       payload,
-      headers: withTraceContext(input.headers ?? {}),
+      headers: input.headers ?? {},
     }),
   )
   return id

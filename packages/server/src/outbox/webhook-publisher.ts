@@ -1,4 +1,4 @@
-import { positiveInteger } from '../engine/options.js'
+import { nonEmptyString, objectOptions, positiveInteger } from '../options/check.js'
 import { SIGNATURE_HEADER, signPayload } from '../webhooks/signature.js'
 import type { OutboxMessage, Publisher } from './types.js'
 
@@ -26,14 +26,12 @@ export interface WebhookPublisherOptions {
  * createDispatcher({ pool, publisher: webhookPublisher({ url: 'https://partner.example/hooks', secret }) })
  */
 export function webhookPublisher(options: WebhookPublisherOptions): Publisher {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  const { url, secret } = options
+  objectOptions('webhookPublisher()', options)
+  const { url } = options
   if (typeof url !== 'function' && !URL.canParse(String(url))) {
     throw new TypeError(`Expected \`url\` to be an absolute URL or a function, got ${String(url)}.`)
   }
-  if (typeof secret !== 'string' || secret === '')
-    throw new TypeError('Expected `secret` to be a non-empty string.')
+  const secret = nonEmptyString('secret', options.secret)
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? 10_000)
   const doFetch = options.fetch ?? ((...args: Parameters<typeof fetch>) => globalThis.fetch(...args))
   return {

@@ -1,9 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { canonicalJson } from '@oncely/protocol'
 import type { Redis } from 'ioredis'
-import { positiveInteger } from '../engine/options.js'
 import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
 import { boundedWait } from '../engine/wait.js'
+import { RedisTimeoutError } from '../errors/redis-timeout-error.js'
+import { wrapEngine } from '../hooks.js'
+import { engineOption, objectOptions, oneOf, optionalFunction, positiveInteger } from '../options/check.js'
 
 /** Options of {@link withSoftLease}. */
 export interface SoftLeaseOptions {
@@ -52,15 +54,10 @@ const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call
 // is free is trusted (its holder is about to reserve), an older one is stale (its holder died before committing).
 const STALE_LEASE_AGE_MS = 1_000
 
-/** Thrown when Redis does not answer in time. */
-class RedisTimeout extends Error {
-  override name = 'RedisTimeoutError'
-}
-
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RedisTimeout(`Redis did not answer within ${ms} ms.`)), ms)
+    timer = setTimeout(() => reject(new RedisTimeoutError(ms)), ms)
   })
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
@@ -80,9 +77,8 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
  * const engine = withSoftLease(createEngine({ store }), { redis, onError: (e) => log.warn(e) })
  */
 export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine {
-  if (typeof engine?.execute !== 'function') throw new TypeError('Expected `engine` to be an Engine.')
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  engineOption('engine', engine)
+  objectOptions('withSoftLease()', options)
   const { redis } = options
   if (typeof redis?.eval !== 'function') throw new TypeError('Expected `redis` to be an ioredis client.')
   const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? engine.options.leaseMs)
@@ -91,13 +87,11 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
   const retryAfterMs = positiveInteger('unavailableRetryAfterMs', options.unavailableRetryAfterMs ?? 1_000)
   const prefix = options.prefix ?? 'oncely:lease:'
   if (typeof prefix !== 'string') throw new TypeError('Expected `prefix` to be a string.')
-  const onRedisError = options.onRedisError ?? 'fall-through'
-  if (onRedisError !== 'fall-through' && onRedisError !== 'fail-closed') {
-    throw new TypeError("Expected `onRedisError` to be 'fall-through' or 'fail-closed'.")
-  }
-  if (options.onError !== undefined && typeof options.onError !== 'function') {
-    throw new TypeError('Expected `onError` to be a function.')
-  }
+  const onRedisError = oneOf('onRedisError', options.onRedisError ?? 'fall-through', [
+    'fall-through',
+    'fail-closed',
+  ])
+  optionalFunction('onError', options.onError)
   const report = (error: unknown) => {
     try {
       options.onError?.(error)
@@ -214,5 +208,5 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
     }
   }
 
-  return { ...engine, execute }
+  return wrapEngine(engine, { execute })
 }

@@ -1,5 +1,5 @@
-import { positiveInteger } from '../engine/options.js'
 import type { ExecuteInput } from '../engine/types.js'
+import { objectOptions, optionalFunction, positiveInteger, requiredFunction } from '../options/check.js'
 import { type PostgresStore, resolveStore } from '../store/postgres-store.js'
 import { parseRecoveryPoint, type RecoveryPoint } from './steps.js'
 
@@ -78,9 +78,9 @@ export interface Completer {
  * } }).start()
  */
 export function createCompleter<S = unknown>(options: CompleterOptions<S>): Completer {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  if (typeof options.redrive !== 'function') throw new TypeError('Expected `redrive` to be a function.')
+  objectOptions('createCompleter()', options)
+  requiredFunction('redrive', options.redrive)
+  optionalFunction('onError', options.onError)
   const graceMs = positiveInteger('graceMs', options.graceMs ?? 60_000)
   const batchSize = positiveInteger('batchSize', options.batchSize ?? 50)
   const withPoint = options.onlyWithRecoveryPoint ?? true

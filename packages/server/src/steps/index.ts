@@ -1,4 +1,5 @@
+export { isStepFencedOutError, StepFencedOutError } from '../errors/step-fenced-out-error.js'
 export type { AbandonedIntent, Completer, CompleterOptions, StoredRequest } from './completer.js'
 export { createCompleter } from './completer.js'
 export type { RecoveryPoint, Step, StepContext, StepsOptions } from './steps.js'
-export { isStepFencedOutError, parseRecoveryPoint, StepFencedOutError, steps } from './steps.js'
+export { parseRecoveryPoint, steps } from './steps.js'

@@ -1,9 +1,10 @@
 import type pg from 'pg'
 import { defaultClassify } from '../engine/classify.js'
 import type { ErrorClass, ExecutionContext, HandlerResponse } from '../engine/types.js'
-import { nameOf, OncelyServerError } from '../errors/oncely-server-error.js'
+import { StepFencedOutError } from '../errors/step-fenced-out-error.js'
 import { STORE_DATABASE } from '../hooks.js'
-import { asDatabase } from '../store/as-database.js'
+import { objectOptions, optionalFunction, refuseTestingOptions, requiredFunction } from '../options/check.js'
+import { poolOrDatabase } from '../options/datasource.js'
 import type { Database } from '../store/database.js'
 
 /** What a step receives. */
@@ -72,22 +73,6 @@ export interface RecoveryPoint<S = unknown> {
   state: S
 }
 
-/** The engine fenced out this attempt (another took over the key): its step was rolled back. */
-export class StepFencedOutError extends OncelyServerError {
-  override name = 'StepFencedOutError' as const
-  /** The step whose writes were rolled back. */
-  readonly step: string
-  constructor(step: string) {
-    super(`Another attempt took over this key; step "${step}" was rolled back.`)
-    this.step = step
-  }
-}
-
-/** True for a {@link StepFencedOutError}, also across bundles. */
-export function isStepFencedOutError(error: unknown): error is StepFencedOutError {
-  return error instanceof StepFencedOutError || nameOf(error) === 'StepFencedOutError'
-}
-
 /** Reads a recovery point written by {@link steps}; `null` for none or for one written by other code. */
 export function parseRecoveryPoint<S = unknown>(point: string | null): RecoveryPoint<S> | null {
   if (point === null) return null
@@ -122,11 +107,7 @@ export function parseRecoveryPoint<S = unknown>(point: string | null): RecoveryP
 export function steps<S extends object = Record<string, unknown>, Tx = pg.PoolClient>(
   options: StepsOptions<S, Tx>,
 ): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
-  if (typeof options === 'object' && options !== null && 'hooks' in options) {
-    throw new TypeError(
-      "`hooks` is not an option of steps(): fault injection is for tests, through stepsForTesting() from '@oncely/server/testing'.",
-    )
-  }
+  refuseTestingOptions('steps()', options, ['hooks'], 'stepsForTesting()')
   return buildSteps(options, {})
 }
 
@@ -135,12 +116,8 @@ export function buildSteps<S extends object, Tx = pg.PoolClient>(
   options: StepsOptions<S, Tx>,
   hooks: StepsHooks,
 ): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  if ((options.pool === undefined) === (options.database === undefined)) {
-    throw new TypeError('Expected either `pool` (a pg.Pool) or `database` (a datasource), not both.')
-  }
-  const database = options.database ?? asDatabase<Tx>(options.pool as pg.Pool, 'steps({ pool })')
+  objectOptions('steps()', options)
+  const database = poolOrDatabase<Tx>('steps()', options)
   if (!Array.isArray(options.steps)) throw new TypeError('Expected `steps` to be an array.')
   const names = new Set<string>()
   for (const step of options.steps) {
@@ -151,8 +128,8 @@ export function buildSteps<S extends object, Tx = pg.PoolClient>(
       throw new TypeError(`Expected step \`${step.name}\` to have a \`run\` function.`)
     names.add(step.name)
   }
-  if (typeof options.finish !== 'function') throw new TypeError('Expected `finish` to be a function.')
-  const classify = options.classify ?? defaultClassify
+  requiredFunction('finish', options.finish)
+  const classify = optionalFunction('classify', options.classify) ?? defaultClassify
   const list = options.steps
 
   return async (ctx) => {

@@ -3,7 +3,7 @@
 // one node and commit there in one single-node transaction. The migration ledger stays a plain table on the
 // coordinator: only migrate() reads it, in the transaction that runs the DDL there.
 import type pg from 'pg'
-import { positiveInteger } from '../engine/options.js'
+import { objectOptions, positiveInteger } from '../options/check.js'
 import { asDatabase } from './as-database.js'
 import type { Database, Rows } from './database.js'
 import { checkIdentifier, quoteIdent, tableNames } from './identifiers.js'
@@ -65,8 +65,7 @@ export async function distribute(
   options: DistributeOptions = {},
 ): Promise<DistributeResult> {
   const database = asDatabase(on, 'distribute()')
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('distribute()', options)
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
   const table = checkIdentifier('table', options.table ?? DEFAULT_TABLE)
   const { colocateWith } = options

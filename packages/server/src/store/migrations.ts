@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { objectOptions } from '../options/check.js'
 import { asDatabase } from './as-database.js'
 import type { Database } from './database.js'
 import { checkIdentifier, constraintName, quoteIdent } from './identifiers.js'
@@ -80,6 +81,7 @@ export interface MigrateResult {
  */
 export async function migrate(on: pg.Pool | Database, target: MigrationTarget = {}): Promise<MigrateResult> {
   const database = asDatabase(on, 'migrate()')
+  objectOptions('migrate()', target)
   const list = renderMigrations(target)
   const schema = quoteIdent(target.schema ?? DEFAULT_SCHEMA)
   const table = target.table ?? DEFAULT_TABLE

@@ -1,5 +1,7 @@
 import type pg from 'pg'
 import { nodePostgres } from '../datasources/node-postgres.js'
+import { objectOptions, optionalBoolean } from '../options/check.js'
+import { poolOrDatabase } from '../options/datasource.js'
 import type { Database } from './database.js'
 import { checkIdentifier, type TableNames, tableNames } from './identifiers.js'
 import { DEFAULT_SCHEMA, DEFAULT_TABLE } from './migrations.js'
@@ -83,21 +85,13 @@ export function resolveStore<Tx>(store: PostgresStore<Tx> | unknown, option = 's
 export function postgresStore(options: PoolStoreOptions): PostgresStore<pg.PoolClient>
 export function postgresStore<Tx>(options: DatabaseStoreOptions<Tx>): PostgresStore<Tx>
 export function postgresStore<Tx>(options: PostgresStoreOptions<Tx>): PostgresStore<Tx | pg.PoolClient> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  let database: Database<Tx | pg.PoolClient>
-  if (options.database !== undefined) {
-    if (options.pool !== undefined) throw new TypeError('Expected either `pool` or `database`, not both.')
-    if (typeof options.database?.session !== 'function' || typeof options.database.query !== 'function') {
-      throw new TypeError('Expected `database` to be a datasource, such as nodePostgres({ pool }).')
-    }
-    database = options.database
-  } else {
-    if (typeof options.pool?.connect !== 'function' || typeof options.pool.query !== 'function') {
-      throw new TypeError('Expected `pool` to be a pg.Pool (or pass the `database` of another datasource).')
-    }
-    database = nodePostgres({ pool: options.pool, preparedStatements: options.preparedStatements ?? true })
-  }
+  objectOptions('postgresStore()', options)
+  const preparedStatements = optionalBoolean('preparedStatements', options.preparedStatements, true)
+  const database: Database<Tx | pg.PoolClient> = poolOrDatabase<Tx | pg.PoolClient>(
+    'postgresStore()',
+    options,
+    (pool) => nodePostgres({ pool, preparedStatements }),
+  )
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_SCHEMA)
   const table = checkIdentifier('table', options.table ?? DEFAULT_TABLE)
   const store: PostgresStore<Tx | pg.PoolClient> = Object.freeze({ database, schema, table })

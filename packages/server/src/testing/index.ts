@@ -4,6 +4,7 @@ import type { PoolClient } from 'pg'
 import { buildEngine } from '../engine/engine.js'
 import type { FaultOptions } from '../engine/faults.js'
 import type { Engine, EngineOptions, ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { objectOption, objectOptions } from '../options/check.js'
 import {
   buildDispatcher,
   type Dispatcher,
@@ -30,12 +31,10 @@ export interface TestingEngineOptions<Tx = PoolClient> extends EngineOptions<Tx>
  * })
  */
 export function createEngineForTesting<Tx = PoolClient>(options: TestingEngineOptions<Tx>): Engine<Tx> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
+  objectOptions('createEngineForTesting()', options)
   const { hooks, unsafe, ...engineOptions } = options
-  if (hooks !== undefined && (typeof hooks !== 'object' || hooks === null)) {
-    throw new TypeError('Expected `hooks` to be an object.')
-  }
+  if (hooks !== undefined) objectOption('hooks', hooks)
+  if (unsafe !== undefined) objectOption('unsafe', unsafe)
   return buildEngine(engineOptions, { hooks, unsafe })
 }
 
@@ -49,7 +48,9 @@ export function createEngineForTesting<Tx = PoolClient>(options: TestingEngineOp
 export function stepsForTesting<S extends object = Record<string, unknown>, Tx = PoolClient>(
   options: StepsOptions<S, Tx> & { hooks?: StepsHooks },
 ): (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse> {
+  objectOptions('stepsForTesting()', options)
   const { hooks, ...stepsOptions } = options
+  if (hooks !== undefined) objectOption('hooks', hooks)
   return buildSteps(stepsOptions as StepsOptions<S, Tx>, hooks ?? {})
 }
 
@@ -63,6 +64,8 @@ export function stepsForTesting<S extends object = Record<string, unknown>, Tx =
 export function createDispatcherForTesting(
   options: DispatcherOptions & { hooks?: DispatcherHooks },
 ): Dispatcher {
+  objectOptions('createDispatcherForTesting()', options)
   const { hooks, ...dispatcherOptions } = options
+  if (hooks !== undefined) objectOption('hooks', hooks)
   return buildDispatcher(dispatcherOptions, hooks ?? {})
 }

@@ -2,6 +2,7 @@ import type { PoolClient } from 'pg'
 import type { Engine, ErrorClass } from '../engine/types.js'
 import { traceHeadersFrom } from '../hooks.js'
 import { type ConsumeResult, createInbox, type MessageContext } from '../inbox/inbox.js'
+import { nonEmptyString, objectOptions, optionalFunction } from '../options/check.js'
 import { SIGNATURE_HEADER, verifySignature } from './signature.js'
 
 // Strict: decoded leniently, ids differing only in invalid bytes would read alike (U+FFFD) and count as one event.
@@ -110,13 +111,15 @@ export function webhookStatus(result: WebhookResult): number {
 export function createWebhookReceiver<Tx = PoolClient>(
   options: WebhookReceiverOptions<Tx>,
 ): WebhookReceiver<Tx> {
-  if (typeof options !== 'object' || options === null)
-    throw new TypeError('Expected `options` to be an object.')
-  const { secret, verify } = options
+  objectOptions('createWebhookReceiver()', options)
+  const { secret } = options
+  const verify = optionalFunction('verify', options.verify)
   if (verify === undefined && secret === undefined) throw new TypeError('Expected `secret` or `verify`.')
-  if (verify !== undefined && typeof verify !== 'function')
-    throw new TypeError('Expected `verify` to be a function.')
-  const eventId = options.eventId ?? ((event: unknown) => (event as { id?: unknown } | null)?.id)
+  // The provider names the inbox's consumer: checked here so that the message names this option, not the inbox's.
+  nonEmptyString('provider', options.provider)
+  const eventId =
+    optionalFunction('eventId', options.eventId) ??
+    ((event: unknown) => (event as { id?: unknown } | null)?.id)
   const inbox = createInbox<Tx>({
     engine: options.engine,
     consumer: options.provider,

@@ -6,7 +6,7 @@ import { optionalService } from '@oncely/test-support'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Engine, ExecuteInput } from '../../src/index.js'
-import { withSoftLease } from '../../src/redis/index.js'
+import { isRedisTimeoutError, type RedisTimeoutError, withSoftLease } from '../../src/redis/index.js'
 import {
   countPayments,
   engineFor,
@@ -283,6 +283,8 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
       // Nothing more was sent to the hung Redis, and the failure was reported once.
       expect(hole.received()).toBe(sentAfterFirst)
       expect(errors).toHaveLength(1)
+      expect(isRedisTimeoutError(errors[0]), String(errors[0])).toBe(true)
+      expect((errors[0] as RedisTimeoutError).timeoutMs).toBe(100)
       const closed = withSoftLease(engine, {
         redis: hung,
         timeoutMs: 100,

@@ -7,9 +7,10 @@ import type { TestDatabase } from '@oncely/test-support'
 import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ENGINE_SIGNALS, type Observable } from '../../src/hooks.js'
 import { createInbox } from '../../src/inbox/index.js'
 import { createEngine, type Engine, type EngineEvent, postgresStore } from '../../src/index.js'
-import { instrumentDispatcher, instrumentEngine, VERSION } from '../../src/otel/index.js'
+import { instrumentDispatcher, instrumentEngine, traceHeaders, VERSION } from '../../src/otel/index.js'
 import { createDispatcher, enqueue, type OutboxMessage } from '../../src/outbox/index.js'
 import {
   engineFor,
@@ -62,7 +63,7 @@ describe('the scripted sequence', () => {
       engine.execute(
         payRequest(tenant, key, {
           handler: async (ctx) => {
-            await enqueue(ctx.tx, { topic: 'payments.created', payload: { key } })
+            await enqueue(ctx.tx, { topic: 'payments.created', payload: { key }, headers: traceHeaders() })
             return pay(key)(ctx)
           },
         }),
@@ -369,6 +370,15 @@ describe('what instrumentation must not do', () => {
     const wrapped = instrumentEngine(engine, telemetry())
     await expect(wrapped.execute(payRequest(freshKey('t'), freshKey('k')))).rejects.toBe(crash)
     expect(events.map((e) => e.type)).toEqual(['reserved'])
+  })
+
+  it("keeps the engine's observer slot out of sight (not enumerable) and on its wrappers", () => {
+    const engine = createEngine({ store: postgresStore({ pool: db.pool }) })
+    expect(Object.getOwnPropertySymbols({ ...engine })).toEqual([])
+    const wrapped = instrumentEngine(engine, telemetry())
+    expect(Object.getOwnPropertySymbols({ ...wrapped })).toEqual([])
+    // What a second layer of telemetry (or any oncely wrapper over this one) observes the engine through.
+    expect(typeof (wrapped as Observable)[ENGINE_SIGNALS]).toBe('function')
   })
 
   it('checks its options', () => {
