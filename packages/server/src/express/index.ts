@@ -1,17 +1,11 @@
 import type { ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type { ExecutionContext } from '../engine/types.js'
-import {
-  type Answer,
-  headerStrings,
-  nodeResponseWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
-} from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
+import { type Answer, nodeResponseWriter } from '../http/answer.js'
+import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { readNodeJson, sendRefusal } from '../http/node.js'
-import { keepWriteHead } from '../http/node-hold.js'
+import { NodeResponseHold } from '../http/node-hold.js'
 import {
   checkAdapterOptions,
   consoleLogger,
@@ -47,72 +41,33 @@ export interface Idempotent {
   (options: IdempotencyRouteOptions, handler: IdempotentHandler<ExecutionContext | null>): RequestHandler
 }
 
-type Chunk = string | Uint8Array
-const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
-  typeof chunk === 'string'
-    ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
-    : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
-
 const writer = nodeResponseWriter
 
 /**
  * Holds what the handler writes to `res` (`res.json()`, `res.send()`, `writeHead`, `write`, `end`, a piped stream)
  * instead of sending it, until the engine decided; then sends the handler's own response or the answer that
- * replaces it. The same interception as `compression` and `express-session`: `res`'s methods are wrapped for this
- * one request and restored before the real write.
+ * replaces it. Once the response was handed over, or the core decided without one, `res` writes through.
  */
-function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unknown) => void): void {
-  const { writeHead, write, end, flushHeaders } = res
-  const chunks: Buffer[] = []
-  const restore = () => {
-    res.writeHead = writeHead
-    res.write = write
-    res.end = end
-    res.flushHeaders = flushHeaders
-  }
-  res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
-    if (!held.capturing)
-      return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
-    return keepWriteHead(this, status, rest)
-  } as ServerResponse['writeHead']
-  res.flushHeaders = function (this: ServerResponse) {
-    if (!held.capturing) flushHeaders.call(this)
-  }
-  res.write = function (this: ServerResponse, chunk: Chunk, ...rest: unknown[]) {
-    if (!held.capturing) return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
-    chunks.push(toBuffer(chunk, rest[0]))
-    const callback = rest.find((arg) => typeof arg === 'function') as (() => void) | undefined
-    if (callback) process.nextTick(callback)
-    return true
-  } as ServerResponse['write']
-  res.end = function (this: ServerResponse, ...args: unknown[]) {
-    if (!held.capturing) return (end as (...args: unknown[]) => ServerResponse).apply(this, args)
-    held.capturing = false
-    held.sent = true
-    if (args[0] !== undefined && args[0] !== null && typeof args[0] !== 'function') {
-      chunks.push(toBuffer(args[0] as Chunk, args[1]))
-    }
-    const body = Buffer.concat(chunks)
-    // `end(callback)`, `end(chunk, callback)`, `end(chunk, encoding, callback)`: the callback runs on the real end.
-    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
-    held.captured.resolve({ status: this.statusCode, headers: headerStrings(this.getHeaders()), body })
-    held.decision.promise.then(
-      (answer: Answer) => {
-        restore()
-        ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
-          this,
-          answer.own ? body : writeReplacement(writer, this, answer, held.headersBefore),
-          callback,
-        )
-      },
-      (error) => {
-        restore()
-        resetHandlerHeaders(writer, this, held.headersBefore)
-        fail(error)
-      },
-    )
-    return this
-  } as ServerResponse['end']
+function holdResponse(
+  res: ServerResponse,
+  held: HeldResponse<ServerResponse>,
+  fail: (error: unknown) => void,
+): void {
+  const hold: NodeResponseHold = new NodeResponseHold(res, {
+    holding: () => held.capturing,
+    ended: (written) => {
+      const taken = held.capture(written, {
+        release: (answer) => (answer.own ? hold.release() : hold.releaseWith(held.replace(answer))),
+        fail: (error) =>
+          hold.release(() => {
+            held.undo()
+            fail(error)
+          }),
+      })
+      // Ended while capturing, so always taken; a hold that was not would write through.
+      if (!taken) hold.release()
+    },
+  })
 }
 
 /**
@@ -154,9 +109,9 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
       // Express 4 and 5 name a route's path in their own syntaxes (`/:id?` and `{/:id}`); either is the template.
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       const where = () => `${req.method} ${template ?? req.originalUrl}`
-      const held = new HeldResponse(() => snapshotHeaders(writer, res))
+      const held = new HeldResponse(writer, res)
       const answer = (value: Answer) => {
-        if (!value.own) res.end(writeReplacement(writer, res, value, held.headersBefore))
+        if (!value.own) res.end(held.replace(value))
       }
       if (isSafeMethod(req.method)) return answer(policy.safeMethod(req.method, where(), log))
       const header = (name: string) => req.headers[name]
@@ -209,7 +164,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (held.headersBefore) resetHandlerHeaders(writer, res, held.headersBefore)
+        held.undo()
         return next(error)
       }
       if (verdict === undefined) return

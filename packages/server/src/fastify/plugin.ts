@@ -11,16 +11,14 @@ import type { ExecutionContext } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
 import {
   type Answer,
-  headerStrings,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
   replyWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
+import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
 import { checkRouteMethods } from '../http/policy.js'
@@ -40,7 +38,7 @@ const ADAPTER = '@oncely/server/fastify'
 /** Marks a route's config as set up by the plugin, holding its resolved options. */
 const kRoute = Symbol('oncely.route')
 const kHeld = Symbol('oncely.held')
-type Held = FastifyRequest & { [kHeld]?: HeldResponse }
+type Held = FastifyRequest & { [kHeld]?: HeldResponse<FastifyReply> }
 type MarkedConfig = { idempotency?: unknown; [kRoute]?: ResolvedRoute }
 
 /** A request to a route that asks for idempotency but was registered before the plugin. */
@@ -60,8 +58,10 @@ const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
 const writer = replyWriter as ResponseWriter<FastifyReply>
 
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
-const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse): FastifyReply =>
-  answer.own ? reply : reply.send(writeReplacement(writer, reply, answer, held?.headersBefore))
+const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse<FastifyReply>): FastifyReply =>
+  answer.own
+    ? reply
+    : reply.send(held ? held.replace(answer) : writeReplacement(writer, reply, answer, undefined))
 
 /**
  * Answers a request refused before its body was read to its end (over the limit, not JSON): the answer goes out at
@@ -125,21 +125,24 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     }
   })
 
-  const holdResponse: onSendHookHandler = async (request, reply, payload) => {
+  const holdResponse: onSendHookHandler = (request, reply, payload) => {
     const held = (request as Held)[kHeld]
-    if (!held?.capturing) return payload
-    held.capturing = false
-    const body = await payloadBytes(payload)
-    held.captured.resolve({ status: reply.statusCode, headers: headerStrings(reply.getHeaders()), body })
-    let answer: Answer
-    try {
-      answer = await held.decision.promise
-    } catch (error) {
-      // The error page that replaces the response must not carry its Location, Set-Cookie, ...
-      resetHandlerHeaders(writer, reply, held.headersBefore)
-      throw error
-    }
-    return answer.own ? body : writeReplacement(writer, reply, answer, held.headersBefore)
+    if (!held?.capturing) return Promise.resolve(payload)
+    const body = payloadBytes(payload)
+    return new Promise((resolve, reject) => {
+      held.capture(
+        // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+        body.then((bytes) => ({ status: reply.statusCode, headers: reply.getHeaders(), body: bytes })),
+        {
+          release: (answer) => resolve(answer.own ? body : held.replace(answer)),
+          fail: (error) => {
+            // The error page that replaces the response must not carry its Location, Set-Cookie, ...
+            held.undo()
+            reject(error)
+          },
+        },
+      )
+    })
   }
 
   fastify.addHook('onRoute', (routeOptions) => {
@@ -180,7 +183,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
 
     const original = routeOptions.handler as RouteHandlerMethod
     routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {
-      const held = new HeldResponse(() => snapshotHeaders(writer, reply))
+      const held = new HeldResponse(writer, reply)
       let verdict: Verdict | undefined
       try {
         verdict = await core.handle(route, {
@@ -198,7 +201,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
             ;(request as Held)[kHeld] = held
             const send = reply.send
             reply.send = function (payload?: unknown) {
-              held.sent = true
+              held.sending()
               reply.send = send
               return send.call(this, payload)
             }
@@ -212,7 +215,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (held.headersBefore) resetHandlerHeaders(writer, reply, held.headersBefore)
+        held.undo()
         throw error
       }
       if (verdict === undefined) return reply

@@ -1,16 +1,9 @@
 import type { Readable } from 'node:stream'
 import type { Context, Middleware, Next, ParameterizedContext } from 'koa'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
-import {
-  type Answer,
-  type HeaderSnapshot,
-  headerStrings,
-  type ResponseWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
-} from '../http/answer.js'
+import type { Answer, ResponseWriter } from '../http/answer.js'
 import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { readNodeJson, sendRefusal } from '../http/node.js'
 import {
   checkAdapterOptions,
@@ -145,10 +138,11 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
       const matched = (ctx as RouterFields).routerPath ?? (ctx as RouterFields)._matchedRoute
       const template = typeof matched === 'string' ? matched : undefined
       const where = () => `${ctx.method} ${template ?? ctx.path}`
-      let headersBefore: HeaderSnapshot | undefined
+      // Koa writes the response once every middleware returned: what the handler set on ctx is held until then.
+      const held = new HeldResponse(writer, ctx as unknown as Context)
       const answer = (value: Answer) => {
         if (value.own) return
-        sendBytes(ctx, writeReplacement(writer, ctx, value, headersBefore))
+        sendBytes(ctx as unknown as Context, held.replace(value))
       }
       if (isSafeMethod(ctx.method)) return answer(policy.safeMethod(ctx.method, where(), log))
       const header = (name: string) => ctx.req.headers[name]
@@ -189,23 +183,24 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
           query: () => targetQuery(ctx.originalUrl),
           tenant: () => tenant(ctx as unknown as Context),
           log,
-          run: async (execution): Promise<HandlerResponse> => {
-            ctx.state.idempotency = execution
-            headersBefore = snapshotHeaders(writer, ctx)
-            await next()
-            if (ctx.respond === false || ctx.res.headersSent) {
-              throw new TypeError(
-                `Expected the handler of an idempotent route (${where()}) to answer through ctx.body and ctx.status; it wrote to ctx.res, which cannot be held until the commit nor stored.`,
-              )
-            }
-            const bytes = await bodyBytes(ctx as unknown as Context)
-            sendBytes(ctx as unknown as Context, bytes)
-            return { status: ctx.status, headers: headerStrings(ctx.response.headers), body: bytes }
-          },
+          run: (execution) =>
+            held.runReturning(async (): Promise<HandlerResponse> => {
+              ctx.state.idempotency = execution
+              await next()
+              if (ctx.respond === false || ctx.res.headersSent) {
+                throw new TypeError(
+                  `Expected the handler of an idempotent route (${where()}) to answer through ctx.body and ctx.status; it wrote to ctx.res, which cannot be held until the commit nor stored.`,
+                )
+              }
+              const bytes = await bodyBytes(ctx as unknown as Context)
+              sendBytes(ctx as unknown as Context, bytes)
+              // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+              return { status: ctx.status, headers: ctx.response.headers, body: bytes }
+            }),
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (headersBefore) resetHandlerHeaders(writer, ctx, headersBefore)
+        held.undo()
         throw error
       }
       if (verdict === PASS) return next()

@@ -12,17 +12,14 @@ import { lastValueFrom, Observable, type Subscriber } from 'rxjs'
 import { defaultRenderError } from '../engine/classify.js'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import {
-  type HeaderSnapshot,
   nodeResponseWriter,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
   replyWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, type HttpCore, PASS } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { readNodeBody, sendRefusal } from '../http/node.js'
 import { NodeResponseHold, type WrittenResponse } from '../http/node-hold.js'
 import type { AdapterLogger, ResolvedRoute } from '../http/options.js'
@@ -171,13 +168,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const res = fastify ? response.raw : (response as ServerResponse)
     // What was set before the handler (by guards, middleware, @Header()) stays on an answer that replaces its
     // response; what the handler set does not.
-    const before: HeaderSnapshot = fastify
-      ? snapshotHeaders(fastifyWriter, response)
-      : snapshotHeaders(nodeWriter, res)
-    const resetHeaders = () =>
-      fastify
-        ? resetHandlerHeaders(fastifyWriter, response, before)
-        : resetHandlerHeaders(nodeWriter, res, before)
+    const held = fastify
+      ? new HeldResponse<unknown>(fastifyWriter as ResponseWriter<unknown>, response)
+      : new HeldResponse<unknown>(nodeWriter as ResponseWriter<unknown>, res)
     // Nothing Nest writes for this request leaves before the engine decided.
     const hold = new NodeResponseHold(res)
     let settled = false
@@ -192,8 +185,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       settled = true
       subscriber.error(error)
     }
+    // Written to Node's response once the hold released it, whichever platform: Nest writes nothing more for it.
     const replace = (answer: ReplacingAnswer) => (target: ServerResponse) =>
-      target.end(writeReplacement(nodeWriter, target, answer, before))
+      target.end(held.replaceOn(nodeWriter, target, answer))
     /**
      * Answers with `answer` instead of the handler: Nest is handed nothing to send, and what it writes for that is
      * replaced. A request whose body is still unread is refused so that the answer reaches a client still sending.
@@ -279,31 +273,32 @@ export class IdempotencyInterceptor implements NestInterceptor {
         query: () => request.query as Record<string, unknown>,
         tenant: () => this.#options.tenant(request, context),
         log: this.#log,
-        run: async (ctx) => {
-          ran = true
-          request.idempotency = ctx
-          const written = hold.written()
-          const done = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
-            (value) => ({ value }),
-            (error: unknown) => ({ error }),
-          )
-          const first = await Promise.race([done, written])
-          if ('status' in first) {
-            // The handler wrote the response itself (`@Res()`) before it returned.
-            void done.then((result) => ('value' in result ? emit(result.value) : fail(result.error)))
-            return first
-          }
-          if ('error' in first) {
-            // Its writes roll back: the page that answers the error carries none of the headers it set.
-            resetHeaders()
-            const page = hold.written()
-            fail(first.error)
-            thrown = { error: first.error, page: await page }
-            throw first.error
-          }
-          emit(first.value)
-          return await written
-        },
+        run: (ctx) =>
+          held.runReturning(async () => {
+            ran = true
+            request.idempotency = ctx
+            const written = hold.written()
+            const done = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+              (value) => ({ value }),
+              (error: unknown) => ({ error }),
+            )
+            const first = await Promise.race([done, written])
+            if ('status' in first) {
+              // The handler wrote the response itself (`@Res()`) before it returned.
+              void done.then((result) => ('value' in result ? emit(result.value) : fail(result.error)))
+              return first
+            }
+            if ('error' in first) {
+              // Its writes roll back: the page that answers the error carries none of the headers it set.
+              held.undo()
+              const page = hold.written()
+              fail(first.error)
+              thrown = { error: first.error, page: await page }
+              throw first.error
+            }
+            emit(first.value)
+            return await written
+          }),
       })
       if (verdict === PASS) {
         request.idempotency = null
