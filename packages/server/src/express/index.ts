@@ -1,20 +1,18 @@
 import type { ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type { ExecutionContext } from '../engine/types.js'
+import { standaloneAdapter } from '../http/adapter.js'
 import { type Answer, nodeResponseWriter } from '../http/answer.js'
-import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
-import { readNodeJson, sendRefusal } from '../http/node.js'
+import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
 import { NodeResponseHold } from '../http/node-hold.js'
 import {
-  checkAdapterOptions,
-  consoleLogger,
   type IdempotencyRouteOptions,
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { createRequestPolicy } from '../http/policy.js'
-import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
+import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
 
@@ -90,11 +88,7 @@ function holdResponse(
  * }))
  */
 export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
-  checkAdapterOptions(options, ADAPTER)
-  const { engine, tenant } = options
-  const log = options.logger ?? consoleLogger
-  const core = createHttpCore(engine, ADAPTER)
-  const policy = createRequestPolicy(ADAPTER)
+  const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
 
   function idempotent(
     optionsOrHandler: IdempotencyRouteOptions | IdempotentHandler<ExecutionContext | null>,
@@ -141,10 +135,9 @@ export function idempotency(options: ExpressIdempotencyOptions): Idempotent {
         verdict = await core.handle(route, {
           method: req.method,
           route: template ?? (route.operation as string),
-          path: decodePath(targetPath(req.originalUrl)),
+          ...nodeTarget(req.originalUrl),
           header,
           body,
-          query: () => targetQuery(req.originalUrl),
           tenant: () => tenant(req),
           log,
           held,

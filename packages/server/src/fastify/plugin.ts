@@ -5,6 +5,7 @@ import type {
   onSendHookHandler,
   preParsingHookHandler,
   RouteHandlerMethod,
+  RouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ExecutionContext } from '../engine/types.js'
@@ -73,6 +74,53 @@ function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: Repla
   return reply.send(refusal.body)
 }
 
+/** The onSend hook of an idempotent route: hands the handler's response to its hold, sends what the engine decided. */
+const holdResponse: onSendHookHandler = (request, reply, payload) => {
+  const held = (request as Held)[kHeld]
+  if (!held?.capturing) return Promise.resolve(payload)
+  const body = payloadBytes(payload)
+  return new Promise((resolve, reject) => {
+    held.capture(
+      // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+      body.then((bytes) => ({ status: reply.statusCode, headers: reply.getHeaders(), body: bytes })),
+      {
+        release: (answer) => resolve(answer.own ? body : held.replace(answer)),
+        fail: (error) => {
+          // The error page that replaces the response must not carry its Location, Set-Cookie, ...
+          held.undo()
+          reject(error)
+        },
+      },
+    )
+  })
+}
+
+type ErrorHandler = NonNullable<RouteOptions['errorHandler']>
+
+/** The route's error handler: the problems of what Fastify refused before the handler, else the route's own. */
+function refusingErrors(userErrorHandler: ErrorHandler | undefined): ErrorHandler {
+  return function (this: FastifyInstance, error, request, reply) {
+    const details = frameworkProblem(error)
+    if (details && !request.raw.readableEnded) return sendRefusal(request, reply, problemAnswer(details))
+    if (details) return sendAnswer(reply, problemAnswer(details))
+    if (userErrorHandler) return userErrorHandler.call(this, error, request, reply)
+    // Rethrowing hands the error to the enclosing error handler, as if this route had none.
+    throw error
+  } as ErrorHandler
+}
+
+async function verifyStore(
+  fastify: FastifyInstance,
+  engine: IdempotencyPluginOptions['engine'],
+): Promise<void> {
+  try {
+    await engine.verify()
+  } catch (error) {
+    if (isStoreSetupError(error)) throw error
+    fastify.log.error({ err: error }, `oncely: could not check the idempotency store at start-up`)
+  }
+}
+
 async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOptions): Promise<void> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
@@ -116,34 +164,8 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     },
   })
 
-  fastify.addHook('onReady', async () => {
-    try {
-      await engine.verify()
-    } catch (error) {
-      if (isStoreSetupError(error)) throw error
-      fastify.log.error({ err: error }, `oncely: could not check the idempotency store at start-up`)
-    }
-  })
-
-  const holdResponse: onSendHookHandler = (request, reply, payload) => {
-    const held = (request as Held)[kHeld]
-    if (!held?.capturing) return Promise.resolve(payload)
-    const body = payloadBytes(payload)
-    return new Promise((resolve, reject) => {
-      held.capture(
-        // The headers as set (lower-case names): the engine serialises the ones it stores, once.
-        body.then((bytes) => ({ status: reply.statusCode, headers: reply.getHeaders(), body: bytes })),
-        {
-          release: (answer) => resolve(answer.own ? body : held.replace(answer)),
-          fail: (error) => {
-            // The error page that replaces the response must not carry its Location, Set-Cookie, ...
-            held.undo()
-            reject(error)
-          },
-        },
-      )
-    })
-  }
+  // Without its table, the server does not start: `app.ready()` and `app.listen()` reject naming the fix.
+  fastify.addHook('onReady', () => verifyStore(fastify, engine))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const raw = routeOptions.config?.idempotency
@@ -171,15 +193,7 @@ async function plugin(fastify: FastifyInstance, options: IdempotencyPluginOption
     routeOptions.preParsing = appendHook(routeOptions.preParsing, rejectEarly)
     routeOptions.onSend = appendHook(routeOptions.onSend, holdResponse)
 
-    const userErrorHandler = routeOptions.errorHandler
-    routeOptions.errorHandler = function (error, request, reply) {
-      const details = frameworkProblem(error)
-      if (details && !request.raw.readableEnded) return sendRefusal(request, reply, problemAnswer(details))
-      if (details) return sendAnswer(reply, problemAnswer(details))
-      if (userErrorHandler) return userErrorHandler.call(this, error, request, reply)
-      // Rethrowing hands the error to the enclosing error handler, as if this route had none.
-      throw error
-    }
+    routeOptions.errorHandler = refusingErrors(routeOptions.errorHandler)
 
     const original = routeOptions.handler as RouteHandlerMethod
     routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {

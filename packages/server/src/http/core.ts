@@ -157,27 +157,31 @@ export function createHttpCore(engine: Engine, adapter: string): HttpCore {
     )
     if (outcome.kind === 'unavailable') reportUnavailable(outcome.error, exchange.log)
     else outage = false
-    if (outcome.kind === 'lease_expired') {
-      exchange.log.error(
-        { idempotencyKey: key, scope, operation, attempt: outcome.attempt, leaseMs: outcome.leaseMs },
-        `oncely: attempt ${outcome.attempt} of a ${operation} request lost its key before it finished, so nothing it wrote was committed and the client was told to retry: the process stalled (paused, its event loop blocked or starved of CPU) for longer than leaseMs (${outcome.leaseMs} ms), since a live handler renews its lease while it runs. Raise leaseMs above the longest stall to tolerate.`,
-      )
-    } else if (outcome.kind === 'executed' && outcome.tooLarge) {
-      exchange.log.error(
-        {
-          idempotencyKey: key,
-          scope,
-          operation,
-          size: outcome.tooLarge.size,
-          maxResponseBytes: outcome.tooLarge.limit,
-        },
-        `oncely: a ${operation} response of ${outcome.tooLarge.size} bytes exceeds maxResponseBytes (${outcome.tooLarge.limit}), so its writes were rolled back and the key answers response_too_large until it expires. Raise maxResponseBytes (createEngine), then engine.forget() the key to let its client retry.`,
-      )
-    }
+    logTrouble(exchange.log, outcome, { idempotencyKey: key, scope, operation })
     return answerFor(outcome, responded)
   }
 
   return { handle } as HttpCore
+}
+
+/** The error logs of an outcome that needs the operator: a lost lease, a response too large to store. */
+function logTrouble(
+  log: AdapterLogger,
+  outcome: Outcome,
+  id: { idempotencyKey: string; scope: string; operation: string },
+): void {
+  const { operation } = id
+  if (outcome.kind === 'lease_expired') {
+    log.error(
+      { ...id, attempt: outcome.attempt, leaseMs: outcome.leaseMs },
+      `oncely: attempt ${outcome.attempt} of a ${operation} request lost its key before it finished, so nothing it wrote was committed and the client was told to retry: the process stalled (paused, its event loop blocked or starved of CPU) for longer than leaseMs (${outcome.leaseMs} ms), since a live handler renews its lease while it runs. Raise leaseMs above the longest stall to tolerate.`,
+    )
+  } else if (outcome.kind === 'executed' && outcome.tooLarge) {
+    log.error(
+      { ...id, size: outcome.tooLarge.size, maxResponseBytes: outcome.tooLarge.limit },
+      `oncely: a ${operation} response of ${outcome.tooLarge.size} bytes exceeds maxResponseBytes (${outcome.tooLarge.limit}), so its writes were rolled back and the key answers response_too_large until it expires. Raise maxResponseBytes (createEngine), then engine.forget() the key to let its client retry.`,
+    )
+  }
 }
 
 function messageOf(error: unknown): string {

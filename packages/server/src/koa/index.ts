@@ -1,19 +1,13 @@
 import type { Readable } from 'node:stream'
 import type { Context, Middleware, Next, ParameterizedContext } from 'koa'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { standaloneAdapter } from '../http/adapter.js'
 import type { Answer, ResponseWriter } from '../http/answer.js'
-import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
-import { readNodeJson, sendRefusal } from '../http/node.js'
-import {
-  checkAdapterOptions,
-  consoleLogger,
-  type IdempotencyRouteOptions,
-  resolveRoute,
-  type StandaloneAdapterOptions,
-} from '../http/options.js'
-import { createRequestPolicy } from '../http/policy.js'
-import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
+import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
+import { type IdempotencyRouteOptions, resolveRoute, type StandaloneAdapterOptions } from '../http/options.js'
+import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/koa'
 // Statuses Koa sends without a body (its `statuses.empty`).
@@ -113,11 +107,7 @@ function sendBytes(ctx: Context, bytes: Buffer): void {
  * })
  */
 export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
-  checkAdapterOptions(options, ADAPTER)
-  const { engine, tenant } = options
-  const log = options.logger ?? consoleLogger
-  const core = createHttpCore(engine, ADAPTER)
-  const policy = createRequestPolicy(ADAPTER)
+  const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
 
   function idempotent(
     routeOptions?: IdempotencyRouteOptions,
@@ -177,10 +167,9 @@ export function idempotency(options: KoaIdempotencyOptions): KoaIdempotent {
         verdict = await core.handle(route, {
           method: ctx.method,
           route: template ?? (route.operation as string),
-          path: decodePath(targetPath(ctx.originalUrl)),
+          ...nodeTarget(ctx.originalUrl),
           header,
           body,
-          query: () => targetQuery(ctx.originalUrl),
           tenant: () => tenant(ctx as unknown as Context),
           log,
           run: (execution) =>

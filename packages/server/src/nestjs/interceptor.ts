@@ -67,6 +67,8 @@ type FastifyReplyLike = {
 
 const NO_BYTES = Buffer.alloc(0)
 
+const refused = (answer: ReplacingAnswer) => ({ ok: false, answer }) as const
+
 const nodeWriter = nodeResponseWriter
 const fastifyWriter = replyWriter as ResponseWriter<FastifyReplyLike>
 
@@ -173,19 +175,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       : new HeldResponse<unknown>(nodeWriter as ResponseWriter<unknown>, res)
     // Nothing Nest writes for this request leaves before the engine decided.
     const hold = new NodeResponseHold(res)
-    let settled = false
-    const emit = (value: unknown) => {
-      if (settled) return
-      settled = true
-      subscriber.next(value)
-      subscriber.complete()
-    }
-    const fail = (error: unknown) => {
-      if (settled) return
-      settled = true
-      subscriber.error(error)
-    }
-    // Written to Node's response once the hold released it, whichever platform: Nest writes nothing more for it.
+    const { emit, fail } = settleOnce(subscriber)
+    // Written to Node's response once released, whichever platform: Nest writes nothing more for it.
     const replace = (answer: ReplacingAnswer) => (target: ServerResponse) =>
       target.end(held.replaceOn(nodeWriter, target, answer))
     /**
@@ -205,55 +196,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await written
       hold.release(send)
     }
-
     const method = String(raw.method).toUpperCase()
     const header = (name: string) => raw.headers[name]
     let ran = false
     let thrown: { error: unknown; page: WrittenResponse } | undefined
     try {
-      // The one policy of every adapter: an idempotent handler never runs unguarded on a safe method.
-      if (isSafeMethod(method)) {
-        return await answer(this.#policy.safeMethod(method, `${method} ${raw.url ?? '/'}`, this.#log))
-      }
-      const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
-      const early = headerProblem(header, limit)
-      if (early) return await answer(problemAnswer(early))
-      let bytes: Buffer = NO_BYTES
-      if (!raw.readableEnded) {
-        const read = await readNodeBody(raw, limit)
-        if (!read.ok) return await answer(problemAnswer(read.problem))
-        bytes = read.bytes
-      } else if (Buffer.isBuffer(request.rawBody)) {
-        bytes = request.rawBody
-      } else if (announcesBody(header)) {
-        return await answer(
-          this.#policy.bodyConsumed(
-            `${method} ${raw.url}`,
-            "Nest's body parser kept no bytes of it: create the app with `NestFactory.create(AppModule, adapter, { rawBody: true })`, which keeps them (or with `bodyParser: false` on Express).",
-            this.#log,
-          ),
-        )
-      }
-      if (bytes.length > limit) return await answer(problemAnswer(payloadTooLarge()))
-      const parsed = parseBody(bytes, header)
-      if (!parsed.ok) return await answer(problemAnswer(parsed.problem))
-      const { body } = parsed
-      request.body = body
-
-      const template = fastify
-        ? request.routeOptions?.url
-        : request.route?.path !== undefined
-          ? `${request.baseUrl ?? ''}${String(request.route.path)}`
-          : undefined
-      if (template === undefined && route.operation === undefined) {
-        return await answer(
-          this.#policy.misplaced(
-            `${method} ${raw.url}`,
-            `@Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
-            this.#log,
-          ),
-        )
-      }
+      const admitted = await this.#admit(route, request, raw, fastify)
+      if (!admitted.ok) return await answer(admitted.answer)
+      const { body, template } = admitted
       // The page Nest's exception filters rendered for an error the handler threw: stored when it is permanent.
       const perRequest: ResolvedRoute = {
         ...route,
@@ -326,6 +276,87 @@ export class IdempotencyInterceptor implements NestInterceptor {
         fail(error)
       }
     }
+  }
+
+  /**
+   * What the policy of every adapter admits of a request before the engine sees it: its strictly parsed body and
+   * the route template, or the answer that refuses it.
+   */
+  async #admit(
+    route: ResolvedRoute,
+    request: PlatformRequest,
+    raw: IncomingMessage,
+    fastify: boolean,
+  ): Promise<
+    { ok: true; body: unknown; template: string | undefined } | { ok: false; answer: ReplacingAnswer }
+  > {
+    const method = String(raw.method).toUpperCase()
+    const header = (name: string) => raw.headers[name]
+    // The one policy of every adapter: an idempotent handler never runs unguarded on a safe method.
+    if (isSafeMethod(method)) {
+      return refused(this.#policy.safeMethod(method, `${method} ${raw.url ?? '/'}`, this.#log))
+    }
+    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+    const early = headerProblem(header, limit)
+    if (early) return refused(problemAnswer(early))
+    let bytes: Buffer = NO_BYTES
+    if (!raw.readableEnded) {
+      const read = await readNodeBody(raw, limit)
+      if (!read.ok) return refused(problemAnswer(read.problem))
+      bytes = read.bytes
+    } else if (Buffer.isBuffer(request.rawBody)) {
+      bytes = request.rawBody
+    } else if (announcesBody(header)) {
+      return refused(
+        this.#policy.bodyConsumed(
+          `${method} ${raw.url}`,
+          "Nest's body parser kept no bytes of it: create the app with `NestFactory.create(AppModule, adapter, { rawBody: true })`, which keeps them (or with `bodyParser: false` on Express).",
+          this.#log,
+        ),
+      )
+    }
+    if (bytes.length > limit) return refused(problemAnswer(payloadTooLarge()))
+    const parsed = parseBody(bytes, header)
+    if (!parsed.ok) return refused(problemAnswer(parsed.problem))
+    const { body } = parsed
+    request.body = body
+
+    const template = fastify
+      ? request.routeOptions?.url
+      : request.route?.path !== undefined
+        ? `${request.baseUrl ?? ''}${String(request.route.path)}`
+        : undefined
+    if (template === undefined && route.operation === undefined) {
+      return refused(
+        this.#policy.misplaced(
+          `${method} ${raw.url}`,
+          `@Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
+          this.#log,
+        ),
+      )
+    }
+    return { ok: true, body, template }
+  }
+}
+
+/** What Nest is handed for the request: a value to send, or an error for its filters; the first one only. */
+function settleOnce(subscriber: Subscriber<unknown>): {
+  emit: (value: unknown) => void
+  fail: (error: unknown) => void
+} {
+  let settled = false
+  return {
+    emit(value) {
+      if (settled) return
+      settled = true
+      subscriber.next(value)
+      subscriber.complete()
+    },
+    fail(error) {
+      if (settled) return
+      settled = true
+      subscriber.error(error)
+    },
   }
 }
 
