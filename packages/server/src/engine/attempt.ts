@@ -11,7 +11,9 @@ import { STORE_DATABASE } from '../hooks.js'
 import type { Database, Session } from '../store/database.js'
 import { isLeaseLost } from '../store/queries.js'
 import type { Claim, Exec, Inspection, ReservationProtocol } from '../store/reservation.js'
+import { type Answers, type Sent, sentNow } from './answers.js'
 import { defaultClassify, defaultRenderError, isRetryableResponse } from './classify.js'
+import type { EngineEvents } from './events.js'
 import type { EngineHooks } from './faults.js'
 import { LazyAbort } from './lazy-abort.js'
 import type { ResolvedOptions } from './options.js'
@@ -19,23 +21,10 @@ import type { ReplayCache } from './replay-cache.js'
 import { normalizeResponse, tooLargeResponse } from './response.js'
 import type { Durations } from './retry-after.js'
 import { stepKeyFor } from './step-key.js'
-import type { EngineEvent, ExecuteInput, ExecutionContext, KeyId, Outcome, StoredResponse } from './types.js'
-
-/** Local instants taken just before a statement was sent: the start of a database-measured remaining lifetime. */
-export interface Sent {
-  at: number
-  wall: number
-}
-
-export const sentNow = (): Sent => ({ at: performance.now(), wall: Date.now() })
-
-/** The `Retry-After` of an attempt that lost its lease: nothing holds the key for it any more. */
-const LEASE_EXPIRED_RETRY_AFTER_MS = 1_000
+import type { ExecuteInput, ExecutionContext, KeyId, Outcome, StoredResponse } from './types.js'
 
 /** What the keep-alive sends on a live attempt's transaction. */
 const KEEP_ALIVE = { text: 'SELECT 1', values: [] }
-
-const UNKNOWN_HOLDER: Inspection = { kind: 'busy', heldForMs: null, leaseRemainingMs: null }
 
 /** What every attempt of one engine shares. */
 export interface AttemptEnvironment<Tx> {
@@ -45,19 +34,9 @@ export interface AttemptEnvironment<Tx> {
   readonly database: Database<Tx>
   readonly cache: ReplayCache | undefined
   readonly durations: Durations
-  /** The engine's event sink, or undefined while nobody listens. */
-  emit(): ((event: EngineEvent) => void) | undefined
-  /** Reports a store error (diagnosed, the replay cache emptied) and returns the error to answer with. */
-  storeError(error: unknown, id: KeyId): unknown
-  unavailable(error: unknown): Outcome
-  /** What a key's record answers a request that does not hold the key; `null` when the key is free. */
-  answerInspection(
-    id: KeyId,
-    fingerprint: string,
-    found: Inspection,
-    sent: Sent,
-    fencedOut: boolean,
-  ): Outcome | null
+  readonly events: EngineEvents
+  /** What the engine answers without an execution; and where a store error is reported (see `Answers`). */
+  readonly answers: Answers<Tx>
 }
 
 /** Runs one attempt on a claimed key to its outcome; see the file's header. Create one per claim. */
@@ -109,7 +88,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
 
   async run(): Promise<Outcome> {
     const { attempt, replaced } = this.#claim
-    const emit = this.#env.emit()
+    const { emit } = this.#env.events
     if (replaced === 'expired') emit?.({ type: 'expired', ...this.#id })
     else if (replaced === 'takeover') emit?.({ type: 'takeover', attempt, ...this.#id })
     if (!this.#failedOpen) emit?.({ type: 'reserved', attempt, ...this.#id })
@@ -196,7 +175,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       stored = await this.#protocol.fail(this.#claim, response)
     } catch (error) {
       this.#broken ??= error as Error
-      return this.#env.unavailable(this.#env.storeError(error, this.#id))
+      return this.#env.answers.unavailable(this.#env.answers.storeError(error, this.#id))
     }
     if (!stored) return await this.#fencedOut('in_progress')
     return this.#executed(response, 'failed_permanent', tooLarge)
@@ -215,9 +194,9 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       this.#broken ??= error as Error
       if (this.#lostLease()) return await this.#lost()
       this.#open = false
-      const diagnosed = this.#env.storeError(error, this.#id)
+      const diagnosed = this.#env.answers.storeError(error, this.#id)
       await this.#protocol.release(this.#claim, this.#connection()).catch(() => {})
-      return this.#env.unavailable(diagnosed)
+      return this.#env.answers.unavailable(diagnosed)
     }
     if (!completed) {
       await this.#rollback()
@@ -246,7 +225,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     const { attempt } = this.#claim
     const durationMs = Date.now() - this.#started
     this.#env.durations.observe(this.#id.operation, durationMs)
-    this.#env.emit()?.({ type: 'executed', attempt, status: response.status, durationMs, ...this.#id })
+    this.#env.events.emit?.({ type: 'executed', attempt, status: response.status, durationMs, ...this.#id })
     return {
       kind: 'executed',
       response,
@@ -265,11 +244,11 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     await this.#rollback()
     try {
       await this.#protocol.release(this.#claim, this.#connection())
-      this.#env.emit()?.({ type: 'released', attempt: this.#claim.attempt, reason, ...this.#id })
+      this.#env.events.emit?.({ type: 'released', attempt: this.#claim.attempt, reason, ...this.#id })
     } catch (error) {
       // The key stays held until its lease runs out; then the next attempt takes over.
       this.#broken ??= error as Error
-      this.#env.storeError(error, this.#id)
+      this.#env.answers.storeError(error, this.#id)
     }
     return { kind: 'retryable_failure', reason, ...detail }
   }
@@ -291,22 +270,16 @@ export class Attempt<Tx, C extends Claim<Tx>> {
    */
   async #fencedOut(whenBusy: 'in_progress' | 'lease_expired'): Promise<Outcome> {
     const { attempt, request } = this.#claim
-    this.#env.emit()?.({ type: 'fenced_out', attempt, ...this.#id })
+    this.#env.events.emit?.({ type: 'fenced_out', attempt, ...this.#id })
     const sent = sentNow()
     let found: Inspection
     try {
       found = await this.#protocol.inspect(request, this.#connection())
     } catch (error) {
-      return this.#env.unavailable(this.#env.storeError(error, this.#id))
+      return this.#env.answers.unavailable(this.#env.answers.storeError(error, this.#id))
     }
-    if (found.kind === 'finished' || found.kind === 'mismatch' || whenBusy === 'in_progress') {
-      // A key found free by then is answered as busy: the attempt that freed it may be on its way.
-      const holder: Inspection = found.kind === 'free' ? UNKNOWN_HOLDER : found
-      return this.#env.answerInspection(this.#id, request.fingerprint, holder, sent, true) as Outcome
-    }
-    const { leaseMs } = request
-    this.#env.emit()?.({ type: 'lease_expired', attempt, leaseMs, ...this.#id })
-    return { kind: 'lease_expired', retryAfterMs: LEASE_EXPIRED_RETRY_AFTER_MS, attempt, leaseMs }
+    const lost = { kind: 'lost', sent, attempt, leaseMs: request.leaseMs, whenBusy } as const
+    return this.#env.answers.answerInspection(this.#id, request.fingerprint, found, lost) as Outcome
   }
 
   /**
@@ -355,7 +328,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
   readonly #onBroken = (error: Error): void => {
     this.#broken ??= error
     this.#abort.abort(error)
-    this.#env.storeError(error, this.#id)
+    this.#env.answers.storeError(error, this.#id)
   }
 
   /**
@@ -367,11 +340,16 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     // The unfenced engine (the chaos suite's proof that fencing matters) goes without, like the lease guard.
     if (!this.#env.config.fenced || this.#failedOpen) return
     const everyMs = Math.max(1, Math.floor(this.#claim.request.leaseMs / 3))
-    this.#keepAlive = setTimeout(this.#keepLease, everyMs)
+    this.#keepAlive = setTimeout(Attempt.#keepLease, everyMs, this)
     this.#keepAlive.unref?.()
   }
 
-  readonly #keepLease = (): void => {
+  // Static, with the attempt as the timer's argument: no closure per attempt.
+  static #keepLease<Tx, C extends Claim<Tx>>(attempt: Attempt<Tx, C>): void {
+    attempt.#keep()
+  }
+
+  #keep(): void {
     const session = this.#session
     if (!session || !this.#open || this.#stalled) return
     const now = Date.now()
@@ -396,7 +374,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
           (held) => {
             if (!held) this.#abort.abort(new Error('Another attempt took over this key.'))
           },
-          (error) => this.#env.storeError(error, this.#id),
+          (error) => this.#env.answers.storeError(error, this.#id),
         )
         .finally(() => {
           this.#renewing = false

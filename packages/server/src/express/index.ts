@@ -2,26 +2,18 @@ import type { ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type pg from 'pg'
 import type { ExecutionContext } from '../engine/types.js'
+import { standaloneAdapter } from '../http/adapter.js'
+import { type Answer, nodeResponseWriter } from '../http/answer.js'
+import { PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
+import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
+import { NodeResponseHold } from '../http/node-hold.js'
 import {
-  type Answer,
-  headerStrings,
-  nodeResponseWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
-} from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
-import { readNodeJson, sendRefusal } from '../http/node.js'
-import { keepWriteHead } from '../http/node-hold.js'
-import {
-  checkAdapterOptions,
-  consoleLogger,
   type IdempotencyRouteOptions,
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { createRequestPolicy } from '../http/policy.js'
-import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
+import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
 
@@ -65,72 +57,33 @@ export interface ExpressIdempotent<Tx = pg.PoolClient> {
   ): RequestHandler
 }
 
-type Chunk = string | Uint8Array
-const toBuffer = (chunk: Chunk, encoding?: unknown): Buffer =>
-  typeof chunk === 'string'
-    ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
-    : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
-
 const writer = nodeResponseWriter
 
 /**
  * Holds what the handler writes to `res` (`res.json()`, `res.send()`, `writeHead`, `write`, `end`, a piped stream)
  * instead of sending it, until the engine decided; then sends the handler's own response or the answer that
- * replaces it. The same interception as `compression` and `express-session`: `res`'s methods are wrapped for this
- * one request and restored before the real write.
+ * replaces it. Once the response was handed over, or the core decided without one, `res` writes through.
  */
-function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unknown) => void): void {
-  const { writeHead, write, end, flushHeaders } = res
-  const chunks: Buffer[] = []
-  const restore = () => {
-    res.writeHead = writeHead
-    res.write = write
-    res.end = end
-    res.flushHeaders = flushHeaders
-  }
-  res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
-    if (!held.capturing)
-      return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
-    return keepWriteHead(this, status, rest)
-  } as ServerResponse['writeHead']
-  res.flushHeaders = function (this: ServerResponse) {
-    if (!held.capturing) flushHeaders.call(this)
-  }
-  res.write = function (this: ServerResponse, chunk: Chunk, ...rest: unknown[]) {
-    if (!held.capturing) return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
-    chunks.push(toBuffer(chunk, rest[0]))
-    const callback = rest.find((arg) => typeof arg === 'function') as (() => void) | undefined
-    if (callback) process.nextTick(callback)
-    return true
-  } as ServerResponse['write']
-  res.end = function (this: ServerResponse, ...args: unknown[]) {
-    if (!held.capturing) return (end as (...args: unknown[]) => ServerResponse).apply(this, args)
-    held.capturing = false
-    held.sent = true
-    if (args[0] !== undefined && args[0] !== null && typeof args[0] !== 'function') {
-      chunks.push(toBuffer(args[0] as Chunk, args[1]))
-    }
-    const body = Buffer.concat(chunks)
-    // `end(callback)`, `end(chunk, callback)`, `end(chunk, encoding, callback)`: the callback runs on the real end.
-    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
-    held.captured.resolve({ status: this.statusCode, headers: headerStrings(this.getHeaders()), body })
-    held.decision.promise.then(
-      (answer: Answer) => {
-        restore()
-        ;(end as (chunk: Buffer, callback?: () => void) => ServerResponse).call(
-          this,
-          answer.own ? body : writeReplacement(writer, this, answer, held.headersBefore),
-          callback,
-        )
-      },
-      (error) => {
-        restore()
-        resetHandlerHeaders(writer, this, held.headersBefore)
-        fail(error)
-      },
-    )
-    return this
-  } as ServerResponse['end']
+function holdResponse(
+  res: ServerResponse,
+  held: HeldResponse<ServerResponse>,
+  fail: (error: unknown) => void,
+): void {
+  const hold: NodeResponseHold = new NodeResponseHold(res, {
+    holding: () => held.capturing,
+    ended: (written) => {
+      const taken = held.capture(written, {
+        release: (answer) => (answer.own ? hold.release() : hold.releaseWith(held.replace(answer))),
+        fail: (error) =>
+          hold.release(() => {
+            held.undo()
+            fail(error)
+          }),
+      })
+      // Ended while capturing, so always taken; a hold that was not would write through.
+      if (!taken) hold.release()
+    },
+  })
 }
 
 /**
@@ -155,11 +108,7 @@ function holdResponse(res: ServerResponse, held: HeldResponse, fail: (error: unk
 export function idempotency<Tx = pg.PoolClient>(
   options: ExpressIdempotencyOptions<Tx>,
 ): ExpressIdempotent<Tx> {
-  checkAdapterOptions(options, ADAPTER)
-  const { engine, tenant } = options
-  const log = options.logger ?? consoleLogger
-  const core = createHttpCore(engine, ADAPTER)
-  const policy = createRequestPolicy(ADAPTER)
+  const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
 
   function idempotent(
     optionsOrHandler: IdempotencyRouteOptions | ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
@@ -174,9 +123,9 @@ export function idempotency<Tx = pg.PoolClient>(
       // Express 4 and 5 name a route's path in their own syntaxes (`/:id?` and `{/:id}`); either is the template.
       const template = req.route ? `${req.baseUrl}${String(req.route.path)}` : undefined
       const where = () => `${req.method} ${template ?? req.originalUrl}`
-      const held = new HeldResponse(() => snapshotHeaders(writer, res))
+      const held = new HeldResponse(writer, res)
       const answer = (value: Answer) => {
-        if (!value.own) res.end(writeReplacement(writer, res, value, held.headersBefore))
+        if (!value.own) res.end(held.replace(value))
       }
       if (isSafeMethod(req.method)) return answer(policy.safeMethod(req.method, where(), log))
       const header = (name: string) => req.headers[name]
@@ -206,10 +155,9 @@ export function idempotency<Tx = pg.PoolClient>(
         verdict = await core.handle(route, {
           method: req.method,
           route: template ?? (route.operation as string),
-          path: decodePath(targetPath(req.originalUrl)),
+          ...nodeTarget(req.originalUrl),
           header,
           body,
-          query: () => targetQuery(req.originalUrl),
           tenant: () => tenant(req),
           log,
           held,
@@ -229,7 +177,7 @@ export function idempotency<Tx = pg.PoolClient>(
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (held.headersBefore) resetHandlerHeaders(writer, res, held.headersBefore)
+        held.undo()
         return next(error)
       }
       if (verdict === undefined) return

@@ -5,21 +5,20 @@ import type {
   onSendHookHandler,
   preParsingHookHandler,
   RouteHandlerMethod,
+  RouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
 import { isStoreSetupError } from '../errors.js'
 import {
   type Answer,
-  headerStrings,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
   replyWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, HeldResponse, PASS, type Verdict } from '../http/core.js'
+import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
 import { checkRouteMethods } from '../http/policy.js'
@@ -39,7 +38,7 @@ const ADAPTER = '@oncely/server/fastify'
 /** Marks a route's config as set up by the plugin, holding its resolved options. */
 const kRoute = Symbol('oncely.route')
 const kHeld = Symbol('oncely.held')
-type Held = FastifyRequest & { [kHeld]?: HeldResponse }
+type Held = FastifyRequest & { [kHeld]?: HeldResponse<FastifyReply> }
 type MarkedConfig = { idempotency?: unknown; [kRoute]?: ResolvedRoute }
 
 /** A request to a route that asks for idempotency but was registered before the plugin. */
@@ -59,8 +58,10 @@ const appendHook = <T>(existing: T | T[] | undefined, hook: T): T[] =>
 const writer = replyWriter as ResponseWriter<FastifyReply>
 
 /** Sends an answer that replaces the handler's response (the handler did not run, or threw). */
-const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse): FastifyReply =>
-  answer.own ? reply : reply.send(writeReplacement(writer, reply, answer, held?.headersBefore))
+const sendAnswer = (reply: FastifyReply, answer: Answer, held?: HeldResponse<FastifyReply>): FastifyReply =>
+  answer.own
+    ? reply
+    : reply.send(held ? held.replace(answer) : writeReplacement(writer, reply, answer, undefined))
 
 /**
  * Answers a request refused before its body was read to its end (over the limit, not JSON): the answer goes out at
@@ -70,6 +71,53 @@ function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: Repla
   const refusal = refuse(answer, nodeChunks(request.raw))
   writeReplacement(writer, reply, { ...answer, headers: refusal.headers }, undefined)
   return reply.send(refusal.body)
+}
+
+/** The onSend hook of an idempotent route: hands the handler's response to its hold, sends what the engine decided. */
+const holdResponse: onSendHookHandler = (request, reply, payload) => {
+  const held = (request as Held)[kHeld]
+  if (!held?.capturing) return Promise.resolve(payload)
+  const body = payloadBytes(payload)
+  return new Promise((resolve, reject) => {
+    held.capture(
+      // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+      body.then((bytes) => ({ status: reply.statusCode, headers: reply.getHeaders(), body: bytes })),
+      {
+        release: (answer) => resolve(answer.own ? body : held.replace(answer)),
+        fail: (error) => {
+          // The error page that replaces the response must not carry its Location, Set-Cookie, ...
+          held.undo()
+          reject(error)
+        },
+      },
+    )
+  })
+}
+
+type ErrorHandler = NonNullable<RouteOptions['errorHandler']>
+
+/** The route's error handler: the problems of what Fastify refused before the handler, else the route's own. */
+function refusingErrors(userErrorHandler: ErrorHandler | undefined): ErrorHandler {
+  return function (this: FastifyInstance, error, request, reply) {
+    const details = frameworkProblem(error)
+    if (details && !request.raw.readableEnded) return sendRefusal(request, reply, problemAnswer(details))
+    if (details) return sendAnswer(reply, problemAnswer(details))
+    if (userErrorHandler) return userErrorHandler.call(this, error, request, reply)
+    // Rethrowing hands the error to the enclosing error handler, as if this route had none.
+    throw error
+  } as ErrorHandler
+}
+
+async function verifyStore(
+  fastify: FastifyInstance,
+  engine: FastifyIdempotencyOptions['engine'],
+): Promise<void> {
+  try {
+    await engine.verify()
+  } catch (error) {
+    if (isStoreSetupError(error)) throw error
+    fastify.log.error({ err: error }, `oncely: could not check the idempotency store at start-up`)
+  }
 }
 
 async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
@@ -115,31 +163,8 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     },
   })
 
-  fastify.addHook('onReady', async () => {
-    try {
-      await engine.verify()
-    } catch (error) {
-      if (isStoreSetupError(error)) throw error
-      fastify.log.error({ err: error }, `oncely: could not check the idempotency store at start-up`)
-    }
-  })
-
-  const holdResponse: onSendHookHandler = async (request, reply, payload) => {
-    const held = (request as Held)[kHeld]
-    if (!held?.capturing) return payload
-    held.capturing = false
-    const body = await payloadBytes(payload)
-    held.captured.resolve({ status: reply.statusCode, headers: headerStrings(reply.getHeaders()), body })
-    let answer: Answer
-    try {
-      answer = await held.decision.promise
-    } catch (error) {
-      // The error page that replaces the response must not carry its Location, Set-Cookie, ...
-      resetHandlerHeaders(writer, reply, held.headersBefore)
-      throw error
-    }
-    return answer.own ? body : writeReplacement(writer, reply, answer, held.headersBefore)
-  }
+  // Without its table, the server does not start: `app.ready()` and `app.listen()` reject naming the fix.
+  fastify.addHook('onReady', () => verifyStore(fastify, engine))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const raw = routeOptions.config?.idempotency
@@ -167,19 +192,11 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     routeOptions.preParsing = appendHook(routeOptions.preParsing, rejectEarly)
     routeOptions.onSend = appendHook(routeOptions.onSend, holdResponse)
 
-    const userErrorHandler = routeOptions.errorHandler
-    routeOptions.errorHandler = function (error, request, reply) {
-      const details = frameworkProblem(error)
-      if (details && !request.raw.readableEnded) return sendRefusal(request, reply, problemAnswer(details))
-      if (details) return sendAnswer(reply, problemAnswer(details))
-      if (userErrorHandler) return userErrorHandler.call(this, error, request, reply)
-      // Rethrowing hands the error to the enclosing error handler, as if this route had none.
-      throw error
-    }
+    routeOptions.errorHandler = refusingErrors(routeOptions.errorHandler)
 
     const original = routeOptions.handler as RouteHandlerMethod
     routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {
-      const held = new HeldResponse(() => snapshotHeaders(writer, reply))
+      const held = new HeldResponse(writer, reply)
       let verdict: Verdict | undefined
       try {
         verdict = await core.handle(route, {
@@ -197,7 +214,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
             ;(request as Held)[kHeld] = held
             const send = reply.send
             reply.send = function (payload?: unknown) {
-              held.sent = true
+              held.sending()
               reply.send = send
               return send.call(this, payload)
             }
@@ -211,7 +228,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (held.headersBefore) resetHandlerHeaders(writer, reply, held.headersBefore)
+        held.undo()
         throw error
       }
       if (verdict === undefined) return reply

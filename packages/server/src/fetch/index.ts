@@ -1,16 +1,14 @@
 import type pg from 'pg'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
+import { standaloneAdapter } from '../http/adapter.js'
 import { problemAnswer, type Replacement, type ReplacingAnswer, replacementHeaders } from '../http/answer.js'
-import { createHttpCore, PASS } from '../http/core.js'
+import { PASS } from '../http/core.js'
 import {
-  type AdapterOptions,
-  checkAdapterOptions,
-  consoleLogger,
   type IdempotencyRouteOptions,
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { createRequestPolicy, earlyRefusal } from '../http/policy.js'
+import { earlyRefusal } from '../http/policy.js'
 import { type ChunkSource, refuse } from '../http/refusal.js'
 import {
   type BodyResult,
@@ -170,11 +168,7 @@ const toResponse = (answer: Replacement) =>
 export function idempotency<Args extends unknown[] = [], Tx = pg.PoolClient>(
   options: FetchIdempotencyOptions<Args, Tx>,
 ): FetchIdempotent<Args, Tx> {
-  checkAdapterOptions(options as AdapterOptions<never, never, unknown>, ADAPTER)
-  const { engine, tenant } = options
-  const log = options.logger ?? consoleLogger
-  const core = createHttpCore(engine, ADAPTER)
-  const policy = createRequestPolicy(ADAPTER)
+  const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
 
   function idempotent(
     optionsOrHandler: FetchRouteOptions | FetchIdempotentHandler<Args, ExecutionContext<Tx> | null>,

@@ -207,13 +207,3 @@ export function writeReplacement<R>(
 export function replacementHeaders(answer: Replacement): Record<string, string> {
   return answer.replayed ? { ...answer.headers, [REPLAYED]: 'true' } : answer.headers
 }
-
-/** A response's headers as strings, lower-case names (a repeated header joined with commas). */
-export function headerStrings(headers: Record<string, unknown>): Record<string, string> {
-  const out: Record<string, string> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue
-    out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value)
-  }
-  return out
-}

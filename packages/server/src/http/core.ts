@@ -2,7 +2,8 @@ import { parseIdempotencyKey, problem } from '@oncely/protocol'
 import { recordIdProblem } from '../engine/options.js'
 import type { Engine, ExecuteInput, ExecutionContext, HandlerResponse, Outcome } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
-import { type Answer, answerFor, type HeaderSnapshot, misconfiguredAnswer, problemAnswer } from './answer.js'
+import { type Answer, answerFor, misconfiguredAnswer, problemAnswer } from './answer.js'
+import type { HoldSettlement } from './held.js'
 import type { AdapterLogger, ResolvedRoute } from './options.js'
 import { fingerprintOf, type HeaderReader, storedRequestHeaders } from './request.js'
 
@@ -31,10 +32,10 @@ export interface Exchange<Tx = unknown> {
   run: (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse>
   log: AdapterLogger
   /**
-   * Where the handler's intercepted send waits for the engine's decision, for adapters whose handlers write to a
-   * response object. Once it sent, the answer (or the error) goes there and `handle` resolves `undefined`.
+   * The request's held response (see `HeldResponse`): once the handler sent through it, the answer (or the error)
+   * goes there and `handle` resolves `undefined`.
    */
-  held?: HeldResponse
+  held?: HoldSettlement
 }
 
 /** The verdict on an optional route called without a key: run the handler without the layer. */
@@ -50,7 +51,10 @@ export interface HttpCore<Tx = unknown> {
    * answer for the client, `PASS` when an optional route got no key (run the handler without the layer), or
    * `undefined` when the answer went to the handler's held send.
    */
-  handle(route: ResolvedRoute, exchange: Exchange<Tx> & { held: HeldResponse }): Promise<Verdict | undefined>
+  handle(
+    route: ResolvedRoute,
+    exchange: Exchange<Tx> & { held: HoldSettlement },
+  ): Promise<Verdict | undefined>
   handle(route: ResolvedRoute, exchange: Exchange<Tx> & { held?: undefined }): Promise<Verdict>
 }
 
@@ -92,18 +96,15 @@ export function createHttpCore<Tx>(engine: Engine<Tx>, adapter: string): HttpCor
   async function handle(route: ResolvedRoute, exchange: Exchange<Tx>): Promise<Verdict | undefined> {
     const { held } = exchange
     if (!held) return decide(route, exchange)
+    let verdict: Verdict
     try {
-      const verdict = await decide(route, exchange)
-      held.capturing = false
-      if (!held.sent) return verdict
-      held.decision.resolve(verdict as Answer)
-      return undefined
+      verdict = await decide(route, exchange)
     } catch (error) {
-      held.capturing = false
-      if (!held.sent) throw error
-      held.decision.reject(error)
-      return undefined
+      if (held.settleError(error)) return undefined
+      throw error
     }
+    // PASS never reaches a held send: an optional route without a key runs no handler here.
+    return held.settle(verdict as Answer) ? undefined : verdict
   }
 
   async function decide(route: ResolvedRoute, exchange: Exchange<Tx>): Promise<Verdict> {
@@ -162,90 +163,33 @@ export function createHttpCore<Tx>(engine: Engine<Tx>, adapter: string): HttpCor
     )
     if (outcome.kind === 'unavailable') reportUnavailable(outcome.error, exchange.log)
     else outage = false
-    if (outcome.kind === 'lease_expired') {
-      exchange.log.error(
-        { idempotencyKey: key, scope, operation, attempt: outcome.attempt, leaseMs: outcome.leaseMs },
-        `oncely: attempt ${outcome.attempt} of a ${operation} request lost its key before it finished, so nothing it wrote was committed and the client was told to retry: the process stalled (paused, its event loop blocked or starved of CPU) for longer than leaseMs (${outcome.leaseMs} ms), since a live handler renews its lease while it runs. Raise leaseMs above the longest stall to tolerate.`,
-      )
-    } else if (outcome.kind === 'executed' && outcome.tooLarge) {
-      exchange.log.error(
-        {
-          idempotencyKey: key,
-          scope,
-          operation,
-          size: outcome.tooLarge.size,
-          maxResponseBytes: outcome.tooLarge.limit,
-        },
-        `oncely: a ${operation} response of ${outcome.tooLarge.size} bytes exceeds maxResponseBytes (${outcome.tooLarge.limit}), so its writes were rolled back and the key answers response_too_large until it expires. Raise maxResponseBytes (createEngine), then engine.forget() the key to let its client retry.`,
-      )
-    }
+    logTrouble(exchange.log, outcome, { idempotencyKey: key, scope, operation })
     return answerFor(outcome, responded)
   }
 
   return { handle } as HttpCore
 }
 
+/** The error logs of an outcome that needs the operator: a lost lease, a response too large to store. */
+function logTrouble(
+  log: AdapterLogger,
+  outcome: Outcome,
+  id: { idempotencyKey: string; scope: string; operation: string },
+): void {
+  const { operation } = id
+  if (outcome.kind === 'lease_expired') {
+    log.error(
+      { ...id, attempt: outcome.attempt, leaseMs: outcome.leaseMs },
+      `oncely: attempt ${outcome.attempt} of a ${operation} request lost its key before it finished, so nothing it wrote was committed and the client was told to retry: the process stalled (paused, its event loop blocked or starved of CPU) for longer than leaseMs (${outcome.leaseMs} ms), since a live handler renews its lease while it runs. Raise leaseMs above the longest stall to tolerate.`,
+    )
+  } else if (outcome.kind === 'executed' && outcome.tooLarge) {
+    log.error(
+      { ...id, size: outcome.tooLarge.size, maxResponseBytes: outcome.tooLarge.limit },
+      `oncely: a ${operation} response of ${outcome.tooLarge.size} bytes exceeds maxResponseBytes (${outcome.tooLarge.limit}), so its writes were rolled back and the key answers response_too_large until it expires. Raise maxResponseBytes (createEngine), then engine.forget() the key to let its client retry.`,
+    )
+  }
+}
+
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error)
-}
-
-interface Deferred<T> {
-  promise: Promise<T>
-  resolve(value: T): void
-  reject(error: unknown): void
-}
-
-function deferred<T>(): Deferred<T> {
-  let resolve!: (value: T) => void
-  let reject!: (error: unknown) => void
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res
-    reject = rej
-  })
-  // Either side may settle without the other listening (a handler that threw never sends).
-  promise.catch(() => {})
-  return { promise, resolve, reject }
-}
-
-/**
- * Holds a response between the handler's "send" and the wire, for frameworks whose handlers write to a response
- * object (Fastify's reply, Express's res). The adapter intercepts the send, hands the response to the engine
- * (`captured`) and waits for the engine's decision (`decision`): only once the key record and the business writes
- * are committed does a byte leave, so a crash after the commit replays the same response and a failed commit never
- * reaches the client as a 2xx. Pass it as `Exchange.held`.
- */
-export class HeldResponse {
-  /** True while the handler runs and its response has not been captured yet. */
-  capturing = false
-  /** True once the handler sent its response (now waiting in `decision`). */
-  sent = false
-  /** Created when the handler runs (a replay, a 409 or a 422 never needs them). */
-  captured!: Deferred<HandlerResponse>
-  decision!: Deferred<Answer>
-  /**
-   * The response's headers when the handler started (`undefined` until it runs): what an answer that replaces the
-   * handler's response gives back, so none of the handler's own headers go out with it.
-   */
-  headersBefore: HeaderSnapshot | undefined
-
-  /** @param snapshot takes the response's headers as they are now (see `snapshotHeaders`). */
-  constructor(private readonly snapshot: () => HeaderSnapshot) {}
-
-  /**
-   * Runs the handler and resolves with its response once it sent one. A handler may resolve before it sends (a
-   * callback answers later) or only after its response is written, which waits for the commit; so its promise is
-   * raced against the capture instead of awaited. `returned` sees the value it resolved with.
-   */
-  async run(invoke: () => unknown, returned?: (value: unknown) => void): Promise<HandlerResponse> {
-    this.captured = deferred()
-    this.decision = deferred()
-    this.headersBefore = this.snapshot()
-    this.capturing = true
-    const done = Promise.resolve(invoke()).then((value) => ({ value }))
-    done.catch(() => {})
-    const first = await Promise.race([done, this.captured.promise])
-    if (!('value' in first)) return first
-    if (!this.sent) returned?.(first.value)
-    return this.captured.promise
-  }
 }

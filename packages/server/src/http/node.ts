@@ -5,7 +5,14 @@ import type { ProblemDetails } from '@oncely/protocol'
 import { problemAnswer, type ReplacingAnswer } from './answer.js'
 import { bodyOf, earlyRefusal } from './policy.js'
 import { type ChunkSource, refuse } from './refusal.js'
-import { announcesBody, type HeaderReader, payloadTooLarge } from './request.js'
+import {
+  announcesBody,
+  decodePath,
+  type HeaderReader,
+  payloadTooLarge,
+  targetPath,
+  targetQuery,
+} from './request.js'
 
 const NO_BYTES = new Uint8Array(0)
 
@@ -99,4 +106,9 @@ export async function readNodeJson(
   }
   // An empty body with a JSON content type is 400, as without a parser in front (which would make it {}).
   return bodyOf(bytes, header)
+}
+
+/** A Node request target (`req.originalUrl`) as the core reads it: the decoded path, and the query when asked. */
+export function nodeTarget(target: string): { path: string; query: () => Record<string, unknown> } {
+  return { path: decodePath(targetPath(target)), query: () => targetQuery(target) }
 }

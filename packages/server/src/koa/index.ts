@@ -2,26 +2,13 @@ import type { Readable } from 'node:stream'
 import type { Context, Middleware, Next, ParameterizedContext } from 'koa'
 import type pg from 'pg'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
-import {
-  type Answer,
-  type HeaderSnapshot,
-  headerStrings,
-  type ResponseWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
-} from '../http/answer.js'
-import { createHttpCore, PASS, type Verdict } from '../http/core.js'
-import { readNodeJson, sendRefusal } from '../http/node.js'
-import {
-  checkAdapterOptions,
-  consoleLogger,
-  type IdempotencyRouteOptions,
-  resolveRoute,
-  type StandaloneAdapterOptions,
-} from '../http/options.js'
-import { createRequestPolicy } from '../http/policy.js'
-import { DEFAULT_MAX_BODY_BYTES, decodePath, isSafeMethod, targetPath, targetQuery } from '../http/request.js'
+import { standaloneAdapter } from '../http/adapter.js'
+import type { Answer, ResponseWriter } from '../http/answer.js'
+import { PASS, type Verdict } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
+import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
+import { type IdempotencyRouteOptions, resolveRoute, type StandaloneAdapterOptions } from '../http/options.js'
+import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/koa'
 // Statuses Koa sends without a body (its `statuses.empty`).
@@ -131,11 +118,7 @@ function sendBytes(ctx: Context, bytes: Buffer): void {
  * })
  */
 export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<Tx>): KoaIdempotent<Tx> {
-  checkAdapterOptions(options, ADAPTER)
-  const { engine, tenant } = options
-  const log = options.logger ?? consoleLogger
-  const core = createHttpCore(engine, ADAPTER)
-  const policy = createRequestPolicy(ADAPTER)
+  const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
 
   function idempotent(
     routeOptions?: IdempotencyRouteOptions,
@@ -156,10 +139,11 @@ export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<T
       const matched = (ctx as RouterFields).routerPath ?? (ctx as RouterFields)._matchedRoute
       const template = typeof matched === 'string' ? matched : undefined
       const where = () => `${ctx.method} ${template ?? ctx.path}`
-      let headersBefore: HeaderSnapshot | undefined
+      // Koa writes the response once every middleware returned: what the handler set on ctx is held until then.
+      const held = new HeldResponse(writer, ctx as unknown as Context)
       const answer = (value: Answer) => {
         if (value.own) return
-        sendBytes(ctx, writeReplacement(writer, ctx, value, headersBefore))
+        sendBytes(ctx as unknown as Context, held.replace(value))
       }
       if (isSafeMethod(ctx.method)) return answer(policy.safeMethod(ctx.method, where(), log))
       const header = (name: string) => ctx.req.headers[name]
@@ -194,29 +178,29 @@ export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<T
         verdict = await core.handle(route, {
           method: ctx.method,
           route: template ?? (route.operation as string),
-          path: decodePath(targetPath(ctx.originalUrl)),
+          ...nodeTarget(ctx.originalUrl),
           header,
           body,
-          query: () => targetQuery(ctx.originalUrl),
           tenant: () => tenant(ctx as unknown as Context),
           log,
-          run: async (execution): Promise<HandlerResponse> => {
-            ctx.state.idempotency = execution
-            headersBefore = snapshotHeaders(writer, ctx)
-            await next()
-            if (ctx.respond === false || ctx.res.headersSent) {
-              throw new TypeError(
-                `Expected the handler of an idempotent route (${where()}) to answer through ctx.body and ctx.status; it wrote to ctx.res, which cannot be held until the commit nor stored.`,
-              )
-            }
-            const bytes = await bodyBytes(ctx as unknown as Context)
-            sendBytes(ctx as unknown as Context, bytes)
-            return { status: ctx.status, headers: headerStrings(ctx.response.headers), body: bytes }
-          },
+          run: (execution) =>
+            held.runReturning(async (): Promise<HandlerResponse> => {
+              ctx.state.idempotency = execution
+              await next()
+              if (ctx.respond === false || ctx.res.headersSent) {
+                throw new TypeError(
+                  `Expected the handler of an idempotent route (${where()}) to answer through ctx.body and ctx.status; it wrote to ctx.res, which cannot be held until the commit nor stored.`,
+                )
+              }
+              const bytes = await bodyBytes(ctx as unknown as Context)
+              sendBytes(ctx as unknown as Context, bytes)
+              // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+              return { status: ctx.status, headers: ctx.response.headers, body: bytes }
+            }),
         })
       } catch (error) {
         // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        if (headersBefore) resetHandlerHeaders(writer, ctx, headersBefore)
+        held.undo()
         throw error
       }
       if (verdict === PASS) return next()

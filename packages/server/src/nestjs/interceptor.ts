@@ -12,17 +12,14 @@ import { lastValueFrom, Observable, type Subscriber } from 'rxjs'
 import { defaultRenderError } from '../engine/classify.js'
 import type { ExecutionContext, HandlerResponse } from '../engine/types.js'
 import {
-  type HeaderSnapshot,
   nodeResponseWriter,
   problemAnswer,
   type ReplacingAnswer,
   type ResponseWriter,
   replyWriter,
-  resetHandlerHeaders,
-  snapshotHeaders,
-  writeReplacement,
 } from '../http/answer.js'
 import { createHttpCore, type HttpCore, PASS } from '../http/core.js'
+import { HeldResponse } from '../http/held.js'
 import { readNodeBody, sendRefusal } from '../http/node.js'
 import { NodeResponseHold, type WrittenResponse } from '../http/node-hold.js'
 import type { AdapterLogger, ResolvedRoute } from '../http/options.js'
@@ -69,6 +66,8 @@ type FastifyReplyLike = {
 }
 
 const NO_BYTES = Buffer.alloc(0)
+
+const refused = (answer: ReplacingAnswer) => ({ ok: false, answer }) as const
 
 const nodeWriter = nodeResponseWriter
 const fastifyWriter = replyWriter as ResponseWriter<FastifyReplyLike>
@@ -171,29 +170,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const res = fastify ? response.raw : (response as ServerResponse)
     // What was set before the handler (by guards, middleware, @Header()) stays on an answer that replaces its
     // response; what the handler set does not.
-    const before: HeaderSnapshot = fastify
-      ? snapshotHeaders(fastifyWriter, response)
-      : snapshotHeaders(nodeWriter, res)
-    const resetHeaders = () =>
-      fastify
-        ? resetHandlerHeaders(fastifyWriter, response, before)
-        : resetHandlerHeaders(nodeWriter, res, before)
+    const held = fastify
+      ? new HeldResponse<unknown>(fastifyWriter as ResponseWriter<unknown>, response)
+      : new HeldResponse<unknown>(nodeWriter as ResponseWriter<unknown>, res)
     // Nothing Nest writes for this request leaves before the engine decided.
     const hold = new NodeResponseHold(res)
-    let settled = false
-    const emit = (value: unknown) => {
-      if (settled) return
-      settled = true
-      subscriber.next(value)
-      subscriber.complete()
-    }
-    const fail = (error: unknown) => {
-      if (settled) return
-      settled = true
-      subscriber.error(error)
-    }
+    const { emit, fail } = settleOnce(subscriber)
+    // Written to Node's response once released, whichever platform: Nest writes nothing more for it.
     const replace = (answer: ReplacingAnswer) => (target: ServerResponse) =>
-      target.end(writeReplacement(nodeWriter, target, answer, before))
+      target.end(held.replaceOn(nodeWriter, target, answer))
     /**
      * Answers with `answer` instead of the handler: Nest is handed nothing to send, and what it writes for that is
      * replaced. A request whose body is still unread is refused so that the answer reaches a client still sending.
@@ -211,55 +196,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await written
       hold.release(send)
     }
-
     const method = String(raw.method).toUpperCase()
     const header = (name: string) => raw.headers[name]
     let ran = false
     let thrown: { error: unknown; page: WrittenResponse } | undefined
     try {
-      // The one policy of every adapter: an idempotent handler never runs unguarded on a safe method.
-      if (isSafeMethod(method)) {
-        return await answer(this.#policy.safeMethod(method, `${method} ${raw.url ?? '/'}`, this.#log))
-      }
-      const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
-      const early = headerProblem(header, limit)
-      if (early) return await answer(problemAnswer(early))
-      let bytes: Buffer = NO_BYTES
-      if (!raw.readableEnded) {
-        const read = await readNodeBody(raw, limit)
-        if (!read.ok) return await answer(problemAnswer(read.problem))
-        bytes = read.bytes
-      } else if (Buffer.isBuffer(request.rawBody)) {
-        bytes = request.rawBody
-      } else if (announcesBody(header)) {
-        return await answer(
-          this.#policy.bodyConsumed(
-            `${method} ${raw.url}`,
-            "Nest's body parser kept no bytes of it: create the app with `NestFactory.create(AppModule, adapter, { rawBody: true })`, which keeps them (or with `bodyParser: false` on Express).",
-            this.#log,
-          ),
-        )
-      }
-      if (bytes.length > limit) return await answer(problemAnswer(payloadTooLarge()))
-      const parsed = parseBody(bytes, header)
-      if (!parsed.ok) return await answer(problemAnswer(parsed.problem))
-      const { body } = parsed
-      request.body = body
-
-      const template = fastify
-        ? request.routeOptions?.url
-        : request.route?.path !== undefined
-          ? `${request.baseUrl ?? ''}${String(request.route.path)}`
-          : undefined
-      if (template === undefined && route.operation === undefined) {
-        return await answer(
-          this.#policy.misplaced(
-            `${method} ${raw.url}`,
-            `@Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
-            this.#log,
-          ),
-        )
-      }
+      const admitted = await this.#admit(route, request, raw, fastify)
+      if (!admitted.ok) return await answer(admitted.answer)
+      const { body, template } = admitted
       // The page Nest's exception filters rendered for an error the handler threw: stored when it is permanent.
       const perRequest: ResolvedRoute = {
         ...route,
@@ -279,31 +223,32 @@ export class IdempotencyInterceptor implements NestInterceptor {
         query: () => request.query as Record<string, unknown>,
         tenant: () => this.#options.tenant(request, context),
         log: this.#log,
-        run: async (ctx) => {
-          ran = true
-          request.idempotency = ctx
-          const written = hold.written()
-          const done = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
-            (value) => ({ value }),
-            (error: unknown) => ({ error }),
-          )
-          const first = await Promise.race([done, written])
-          if ('status' in first) {
-            // The handler wrote the response itself (`@Res()`) before it returned.
-            void done.then((result) => ('value' in result ? emit(result.value) : fail(result.error)))
-            return first
-          }
-          if ('error' in first) {
-            // Its writes roll back: the page that answers the error carries none of the headers it set.
-            resetHeaders()
-            const page = hold.written()
-            fail(first.error)
-            thrown = { error: first.error, page: await page }
-            throw first.error
-          }
-          emit(first.value)
-          return await written
-        },
+        run: (ctx) =>
+          held.runReturning(async () => {
+            ran = true
+            request.idempotency = ctx
+            const written = hold.written()
+            const done = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+              (value) => ({ value }),
+              (error: unknown) => ({ error }),
+            )
+            const first = await Promise.race([done, written])
+            if ('status' in first) {
+              // The handler wrote the response itself (`@Res()`) before it returned.
+              void done.then((result) => ('value' in result ? emit(result.value) : fail(result.error)))
+              return first
+            }
+            if ('error' in first) {
+              // Its writes roll back: the page that answers the error carries none of the headers it set.
+              held.undo()
+              const page = hold.written()
+              fail(first.error)
+              thrown = { error: first.error, page: await page }
+              throw first.error
+            }
+            emit(first.value)
+            return await written
+          }),
       })
       if (verdict === PASS) {
         request.idempotency = null
@@ -331,6 +276,87 @@ export class IdempotencyInterceptor implements NestInterceptor {
         fail(error)
       }
     }
+  }
+
+  /**
+   * What the policy of every adapter admits of a request before the engine sees it: its strictly parsed body and
+   * the route template, or the answer that refuses it.
+   */
+  async #admit(
+    route: ResolvedRoute,
+    request: PlatformRequest,
+    raw: IncomingMessage,
+    fastify: boolean,
+  ): Promise<
+    { ok: true; body: unknown; template: string | undefined } | { ok: false; answer: ReplacingAnswer }
+  > {
+    const method = String(raw.method).toUpperCase()
+    const header = (name: string) => raw.headers[name]
+    // The one policy of every adapter: an idempotent handler never runs unguarded on a safe method.
+    if (isSafeMethod(method)) {
+      return refused(this.#policy.safeMethod(method, `${method} ${raw.url ?? '/'}`, this.#log))
+    }
+    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+    const early = headerProblem(header, limit)
+    if (early) return refused(problemAnswer(early))
+    let bytes: Buffer = NO_BYTES
+    if (!raw.readableEnded) {
+      const read = await readNodeBody(raw, limit)
+      if (!read.ok) return refused(problemAnswer(read.problem))
+      bytes = read.bytes
+    } else if (Buffer.isBuffer(request.rawBody)) {
+      bytes = request.rawBody
+    } else if (announcesBody(header)) {
+      return refused(
+        this.#policy.bodyConsumed(
+          `${method} ${raw.url}`,
+          "Nest's body parser kept no bytes of it: create the app with `NestFactory.create(AppModule, adapter, { rawBody: true })`, which keeps them (or with `bodyParser: false` on Express).",
+          this.#log,
+        ),
+      )
+    }
+    if (bytes.length > limit) return refused(problemAnswer(payloadTooLarge()))
+    const parsed = parseBody(bytes, header)
+    if (!parsed.ok) return refused(problemAnswer(parsed.problem))
+    const { body } = parsed
+    request.body = body
+
+    const template = fastify
+      ? request.routeOptions?.url
+      : request.route?.path !== undefined
+        ? `${request.baseUrl ?? ''}${String(request.route.path)}`
+        : undefined
+    if (template === undefined && route.operation === undefined) {
+      return refused(
+        this.#policy.misplaced(
+          `${method} ${raw.url}`,
+          `@Idempotent() ran on ${method} ${raw.url} without a route template to name the operation; give it \`operation\`.`,
+          this.#log,
+        ),
+      )
+    }
+    return { ok: true, body, template }
+  }
+}
+
+/** What Nest is handed for the request: a value to send, or an error for its filters; the first one only. */
+function settleOnce(subscriber: Subscriber<unknown>): {
+  emit: (value: unknown) => void
+  fail: (error: unknown) => void
+} {
+  let settled = false
+  return {
+    emit(value) {
+      if (settled) return
+      settled = true
+      subscriber.next(value)
+      subscriber.complete()
+    },
+    fail(error) {
+      if (settled) return
+      settled = true
+      subscriber.error(error)
+    },
   }
 }
 
