@@ -52,8 +52,17 @@ function storedFromRow(row: LookupRow): StoredResponse {
   return {
     status: row.response_status ?? 200,
     headers: row.response_headers ?? {},
-    body: row.response_body ?? Buffer.alloc(0),
+    body: asBuffer(row.response_body),
   }
+}
+
+/**
+ * The stored body as the Buffer `StoredResponse` promises: node-postgres reads bytea as a Buffer, but other drivers
+ * (PGlite, postgres.js) as a plain Uint8Array, whose `toString('utf8')` joins the byte values instead of decoding.
+ */
+function asBuffer(body: Uint8Array | null): Buffer {
+  if (body === null) return Buffer.alloc(0)
+  return Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
 }
 
 /** The engine's answers that are not an execution; one per engine. */

@@ -79,7 +79,8 @@ export interface LookupRow {
   held_ms: number
   response_status: number | null
   response_headers: Record<string, string> | null
-  response_body: Buffer | null
+  // A Buffer from node-postgres, a plain Uint8Array from PGlite or postgres.js: read it through asBuffer() (engine/answers.ts).
+  response_body: Uint8Array | null
   /**
    * See {@link SERVER}: selected by the lookup and the reservation; the lock protocol's lookup takes it from the
    * lock statement sent with it (one server answered both).

@@ -62,7 +62,9 @@ describe('prismaDatabase', () => {
   })
 
   it('checks its options at construction, naming the bad one', () => {
-    expect(() => prismaDatabase(undefined as never)).toThrow('`options`')
+    expect(() => prismaDatabase(undefined as never)).toThrow(
+      'Expected the options of prismaDatabase() to be an object.',
+    )
     expect(() => prismaDatabase({ prisma: {} as never, side })).toThrow('`prisma` to be a PrismaClient')
     expect(() => prismaDatabase({ prisma, side: undefined as never })).toThrow('`side` to be a PrismaClient')
     expect(() => prismaDatabase({ prisma, side: prisma })).toThrow('`side` to be a PrismaClient other than')
