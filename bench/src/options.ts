@@ -1,6 +1,6 @@
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { baselineOf, VARIANT_NAMES } from './server/registry.js'
+import { baselineOf, REGISTRY, VARIANT_NAMES } from './server/registry.js'
 
 export interface BenchOptions {
   quick: boolean
@@ -57,7 +57,8 @@ export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites s
                     and bytes to and from Postgres per request through a counting proxy, and its WAL; adapters
                     measures the Express and Fetch adapters, a recovery point and each database library against
                     their own baselines)
-  --variants <list> start only these server variants (with their baselines: baseline is always started)
+  --variants <list> start only these server variants (default: those the chosen suites measure; with their
+                    baselines: baseline is always started)
   --rows <list>     key-table sizes for the scale latency runs, e.g. 0,1M,3M (default: none with --quick,
                     0,1M,10M otherwise)
   --intents <n>     pending intents per store for the resume() timing (default 1000 with --quick, else 10000)
@@ -68,6 +69,20 @@ export const USAGE = `usage: pnpm bench [-- --quick] [--json <file>] [--suites s
                     known: ${VARIANTS.join(', ')}
   REDIS_URL         Redis for the Redis-backed peers (default redis://127.0.0.1:6379)
   DATABASE_URL      Postgres server; a fresh database is created on it and dropped afterwards`
+
+/** The suites that load the bench server's variants of the `server` registry entries. */
+const SERVER_SUITES: readonly Suite[] = ['server', 'storm', 'scale', 'cpu']
+
+/**
+ * The variants the chosen suites measure, when `--variants` is not given: the others would only hold connections
+ * (each library variant opens a pool of its own).
+ */
+function variantsOf(suites: ReadonlySet<Suite>): string[] {
+  return VARIANTS.filter((name) => {
+    const suite = REGISTRY[name]?.suite
+    return suite === 'adapters' ? suites.has('adapters') : SERVER_SUITES.some((s) => suites.has(s))
+  })
+}
 
 function list(value: string | undefined, known: readonly string[], option: string): string[] | undefined {
   if (value === undefined) return undefined
@@ -111,7 +126,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     process.exit(0)
   }
   const base = process.env.INIT_CWD ?? process.cwd()
-  const variants = list(values.variants, VARIANTS, '--variants') ?? VARIANTS
+  const suites = new Set((list(values.suites, SUITES, '--suites') ?? SUITES) as Suite[])
+  const variants = list(values.variants, VARIANTS, '--variants') ?? variantsOf(suites)
   const quick = values.quick ?? false
   const rows =
     values.rows === undefined
@@ -134,7 +150,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     shapes,
     quick,
     json: values.json === undefined ? undefined : path.resolve(base, values.json),
-    suites: new Set((list(values.suites, SUITES, '--suites') ?? SUITES) as Suite[]),
+    suites,
     // Each variant with the baseline it is divided by (and the Fastify one, which the suites always measure).
     variants: [...new Set(['baseline', ...variants.flatMap((name) => [baselineOf(name), name])])],
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',

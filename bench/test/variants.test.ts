@@ -15,7 +15,13 @@ let context: VariantContext
 beforeAll(async () => {
   db = await createTestDatabase('bench_variants', { max: 4 })
   await db.pool.query(LEDGER_SCHEMA)
-  context = { pool: db.pool, databaseUrl: db.url, poolSize: 2, redisUrl: 'redis://127.0.0.1:6379' }
+  context = {
+    pool: db.pool,
+    databaseUrl: db.url,
+    poolSize: 2,
+    idleMs: 1_000,
+    redisUrl: 'redis://127.0.0.1:6379',
+  }
 })
 afterAll(async () => {
   await db?.drop()

@@ -17,9 +17,10 @@ const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
 const poolSize = Number(process.env.BENCH_POOL_SIZE ?? 10)
 const wanted = (process.env.BENCH_VARIANTS ?? VARIANT_NAMES.join(',')).split(',')
 
-const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
+const idleMs = 1_000
+const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize, idleTimeoutMillis: idleMs })
 pool.on('error', () => {})
-const context: VariantContext = { pool, databaseUrl, poolSize, redisUrl }
+const context: VariantContext = { pool, databaseUrl, poolSize, idleMs, redisUrl }
 const servers: Listening[] = []
 const status: Record<string, { port: number } | { error: string }> = {}
 

@@ -10,6 +10,12 @@ export interface VariantContext {
   databaseUrl: string
   /** Connections each variant may open, as the shared pool has. */
   poolSize: number
+  /**
+   * How long an idle connection stays open. Short, so the pools of the variants not under load give theirs back:
+   * every library is opened twice (oncely and its baseline), and all the pools at `poolSize` at once would hold more
+   * connections than a default `max_connections` of 100, which answered "too many clients" under the timed runs.
+   */
+  idleMs: number
   redisUrl: string
 }
 

@@ -71,6 +71,15 @@ async function ledgerHead(pool: pg.Pool): Promise<number> {
 const failures = (result: LoadResult) =>
   result.errors + Object.entries(result.statuses).reduce((n, [s, c]) => (Number(s) >= 300 ? n + c : n), 0)
 
+/** The failures of one run by kind, e.g. `503 x12, socket errors x1`, so a log says what went wrong. */
+const failureKinds = (result: LoadResult) =>
+  [
+    ...Object.entries(result.statuses)
+      .filter(([status]) => Number(status) >= 300)
+      .map(([status, count]) => `${status} x${count}`),
+    ...(result.errors ? [`socket errors x${result.errors}`] : []),
+  ].join(', ')
+
 export async function compare(options: CompareOptions): Promise<ScenarioSummary[]> {
   const { urls, pool, log } = options
   const url = (variant: string) => {
@@ -124,7 +133,7 @@ export async function compare(options: CompareOptions): Promise<ScenarioSummary[
         const executions = (await ledgerHead(pool)) - head
         pairs.get(scenario.id)!.push({ baseline: baselineResult, scenario: result, executions })
         log(
-          `  round ${round + 1} ${scenario.id.padEnd(28)} ${result.rps.toFixed(0).padStart(6)} req/s (${scenario.baseline} ${baselineResult.rps.toFixed(0)}), p50 ${result.p50.toFixed(2)} ms (baseline ${baselineResult.p50.toFixed(2)})${failures(result) ? `, ${failures(result)} failures` : ''}`,
+          `  round ${round + 1} ${scenario.id.padEnd(28)} ${result.rps.toFixed(0).padStart(6)} req/s (${scenario.baseline} ${baselineResult.rps.toFixed(0)}), p50 ${result.p50.toFixed(2)} ms (baseline ${baselineResult.p50.toFixed(2)})${failures(result) ? `, failures: ${failureKinds(result)}` : ''}`,
         )
       }
     }

@@ -27,8 +27,8 @@ const insert = async (tx: Tx | Db, key: string | undefined, transfer: Transfer) 
 export const drizzleLibrary: Library<Tx> = {
   name: 'drizzle',
   label: 'Drizzle 0.45.4 over node-postgres',
-  async open({ databaseUrl, poolSize }) {
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
+  async open({ databaseUrl, poolSize, idleMs }) {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize, idleTimeoutMillis: idleMs })
     pool.on('error', () => {})
     const db = drizzleOrm(pool)
     return {

@@ -14,8 +14,12 @@ const insert = async (tx: Knex.Transaction, key: string | undefined, transfer: T
 export const knexLibrary: Library<Knex.Transaction> = {
   name: 'knex',
   label: 'Knex 3.3.0',
-  async open({ databaseUrl, poolSize }) {
-    const knex = createKnex({ client: 'pg', connection: databaseUrl, pool: { min: 0, max: poolSize } })
+  async open({ databaseUrl, poolSize, idleMs }) {
+    const knex = createKnex({
+      client: 'pg',
+      connection: databaseUrl,
+      pool: { min: 0, max: poolSize, idleTimeoutMillis: idleMs },
+    })
     return {
       database: knexDatabase({ knex }),
       insert,

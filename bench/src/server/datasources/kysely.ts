@@ -21,8 +21,8 @@ const insert = async (tx: Transaction<DB>, key: string | undefined, transfer: Tr
 export const kyselyLibrary: Library<Transaction<DB>> = {
   name: 'kysely',
   label: 'Kysely 0.28.19',
-  async open({ databaseUrl, poolSize }) {
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
+  async open({ databaseUrl, poolSize, idleMs }) {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize, idleTimeoutMillis: idleMs })
     pool.on('error', () => {})
     const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) })
     return {

@@ -13,8 +13,8 @@ const insert = async (tx: TransactionSql, key: string | undefined, transfer: Tra
 export const postgresJsLibrary: Library<TransactionSql> = {
   name: 'postgres-js',
   label: 'postgres.js 3.4.9',
-  async open({ databaseUrl, poolSize }) {
-    const sql = postgres(databaseUrl, { max: poolSize, onnotice: () => {} })
+  async open({ databaseUrl, poolSize, idleMs }) {
+    const sql = postgres(databaseUrl, { max: poolSize, idle_timeout: idleMs / 1000, onnotice: () => {} })
     return {
       database: postgresJs({ sql }),
       insert,

@@ -19,11 +19,13 @@ const insert = async (tx: Tx, key: string | undefined, transfer: Transfer) => {
 export const prismaLibrary: Library<Tx> = {
   name: 'prisma',
   label: 'Prisma 7.10 with @prisma/adapter-pg',
-  async open({ databaseUrl, poolSize }) {
+  async open({ databaseUrl, poolSize, idleMs }) {
     const prisma = new PrismaClient({
-      adapter: new PrismaPg({ connectionString: databaseUrl, max: poolSize }),
+      adapter: new PrismaPg({ connectionString: databaseUrl, max: poolSize, idleTimeoutMillis: idleMs }),
     })
-    const side = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: 2 }) })
+    const side = new PrismaClient({
+      adapter: new PrismaPg({ connectionString: databaseUrl, max: 2, idleTimeoutMillis: idleMs }),
+    })
     return {
       database: prismaDatabase({ prisma, side }),
       insert,

@@ -27,12 +27,13 @@ const insert = async (tx: EntityManager, key: string | undefined, transfer: Tran
 export const typeormLibrary: Library<EntityManager> = {
   name: 'typeorm',
   label: 'TypeORM 0.3.31',
-  async open({ databaseUrl, poolSize }) {
+  async open({ databaseUrl, poolSize, idleMs }) {
     const dataSource = await new DataSource({
       type: 'postgres',
       url: databaseUrl,
       entities: [Ledger],
       poolSize,
+      extra: { idleTimeoutMillis: idleMs },
     }).initialize()
     return {
       database: typeormDatabase({ dataSource }),
