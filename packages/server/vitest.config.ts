@@ -4,18 +4,31 @@ import shared from '../../vitest.shared.ts'
 
 const PROTOCOLS = ['row', 'lock'] as const
 
-// Every file runs once per reservation protocol (test/helpers.ts reads ONCELY_TEST_RESERVATION), so the engine's
-// contract suite and every adapter's tests hold for both. Files that pick their protocols themselves, or do not
-// depend on one, run once.
-const onePass = [
-  'test/protocols.test.ts',
-  'test/migrations.test.ts',
-  'test/layers/optional-deps.test.ts',
-  'test/datasources/sabotage.test.ts',
-  'test/datasources/prisma.test.ts',
-  'test/layers/dispatcher-kill.test.ts',
-  'test/errors.test.ts',
-  'test/datasources/round-trips.test.ts',
+// Every file runs under the default protocol (`lock`). The contract suites, and the files that hold a protocol's own
+// mechanics (its crash, lease, fencing, pool and pooler behaviour), run under `row` as well (test/helpers.ts reads
+// ONCELY_TEST_RESERVATION): what an adapter, a layer's API or an option check does is the same under both, and
+// running it twice only lengthens the suite. Files that pick their protocols themselves run once, under `lock`.
+const underEveryProtocol = [
+  'test/engine.test.ts',
+  'test/adapters/contract.test.ts',
+  'test/datasources/contract.test.ts',
+  'test/datasources/pglite.test.ts',
+  'test/concurrency.test.ts',
+  'test/connection-kill.test.ts',
+  'test/pg-restart.test.ts',
+  'test/pool-exhaustion.test.ts',
+  'test/lease.test.ts',
+  'test/lease-keeping.test.ts',
+  'test/faults.test.ts',
+  'test/replay-cache.test.ts',
+  'test/statements.test.ts',
+  'test/pooler.test.ts',
+  'test/shard-routing.test.ts',
+  'test/layers/steps.test.ts',
+  'test/layers/consumer-kill.test.ts',
+  'test/layers/inbox-tenant.test.ts',
+  'test/layers/redis.test.ts',
+  'test/otel/telemetry.test.ts',
 ]
 
 // The engine and HTTP contract suites run a second time per protocol through a real PgBouncer in transaction mode
@@ -73,8 +86,8 @@ export default mergeConfig(
           extends: true as const,
           test: {
             name: reservation,
-            include: ['test/**/*.test.ts'],
-            exclude: ['test/citus/**', ...(reservation === 'row' ? [] : onePass)],
+            include: reservation === 'lock' ? ['test/**/*.test.ts'] : underEveryProtocol,
+            exclude: ['test/citus/**'],
             env: { ONCELY_TEST_RESERVATION: reservation },
           },
         })),
