@@ -198,9 +198,12 @@ class OutboxDispatcher implements Dispatcher {
 
   async stop(): Promise<void> {
     this.#running = false
+    // A stopping dispatcher must not give up on its LISTEN (and report `listen_unavailable`) while it waits.
     this.#listener.stopChecking()
     this.#wake?.()
+    // The round in progress ends first: no claim naming the presence lock is in flight when close() lets go of it.
     await this.#loop
+    // Nor is the check notification: a stopped dispatcher has no query left in flight (nor an error to report).
     await this.#listener.checkSent
     this.#loop = undefined
     await this.#listener.close()
