@@ -178,6 +178,27 @@ export function oneOf<const T extends string>(
 }
 
 /**
+ * `value` when it has every one of `methods`, which is how a client of another library is recognised (a pg.Pool by
+ * `connect` and `query`), or a TypeError naming `option` and saying what it must be (`what`: `'a pg.Pool'`).
+ */
+export function hasMethods<T>(
+  option: string,
+  value: T,
+  methods: readonly string[],
+  what: string,
+  context?: OptionContext,
+): T & object {
+  if (
+    (typeof value !== 'object' && typeof value !== 'function') ||
+    value === null ||
+    !methods.every((method) => typeof (value as Record<string, unknown>)[method] === 'function')
+  ) {
+    throw invalid(option, what, context)
+  }
+  return value
+}
+
+/**
  * `value` when it looks like an engine from `createEngine()` (or a wrapper of one: both have `execute` and
  * `verify`), or a TypeError naming `option`.
  */
