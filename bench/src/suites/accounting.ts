@@ -1,14 +1,15 @@
 // What each variant costs the database per request, counted rather than timed: round trips, statements and bytes
-// each way between the bench server and Postgres (through a counting proxy, wire.ts, in front of a server process of
-// this suite's own, so the timed suites never pay for the proxy), and the WAL Postgres wrote. Requests are sent one
-// at a time, so no two requests share a round trip (postgres.js would pipeline concurrent requests' statements on
-// one connection), for each variant's first-execution path and then its replay path (the same keys again).
+// each way between the bench server and Postgres (through the counting proxy of @oncely/test-support, in front of a
+// server process of this suite's own, so the timed suites never pay for the proxy), and the WAL Postgres wrote.
+// Requests are sent one at a time, so no two requests share a round trip (postgres.js would pipeline concurrent
+// requests' statements on one connection), for each variant's first-execution path and then its replay path (the
+// same keys again).
 import http from 'node:http'
+import { countingProxy, type WireCounts } from '@oncely/test-support'
 import type pg from 'pg'
 import { TRANSFER_BODY } from '../load.js'
 import { startServer } from '../server/process.js'
 import { median } from '../stats.js'
-import { countingProxy, type WireCounts } from '../wire.js'
 
 export interface AccountingRow {
   variant: string

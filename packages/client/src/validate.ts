@@ -58,7 +58,13 @@ export class OptionChecks {
   /** A boolean, when present. */
   boolean(name: string, value: unknown): void {
     if (value !== undefined && typeof value !== 'boolean')
-      this.problem(`Expected \`${name}\` to be a boolean`)
+      this.problem(`Expected \`${name}\` to be a boolean, got ${String(value)}`)
+  }
+
+  /** A string of at least one character, when present. */
+  nonEmptyString(name: string, value: unknown): void {
+    if (value !== undefined && (typeof value !== 'string' || value === ''))
+      this.problem(`Expected \`${name}\` to be a non-empty string, got ${String(value)}`)
   }
 
   /** Throws one `TypeError` naming every problem recorded, if there is any. */

@@ -901,6 +901,12 @@ describe('options', () => {
     expect(() => engineFor(db.pool, { leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer')
     expect(() => engineFor(db.pool, { leaseMs: 10_000, retentionMs: 5_000 })).toThrow(/retentionMs/)
     expect(() => engineFor(db.pool, { replayCache: { maxAgeMs: 0 } })).toThrow('`replayCache.maxAgeMs`')
+    expect(() => engineFor(db.pool, { replayHeaders: 'location' as never })).toThrow(
+      "Expected `replayHeaders` to be an array of header names, such as ['X-Request-Id'].",
+    )
+    expect(() => engineFor(db.pool, { onEvent: 'log' as never })).toThrow(
+      'Expected `onEvent` to be a function.',
+    )
     expect(() => postgresStore({ pool: db.pool, table: '' })).toThrow('Expected `table`')
     expect(() =>
       createEngine({ store: postgresStore({ pool: db.pool }), hooks: {} } as unknown as Parameters<

@@ -94,8 +94,15 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
       /config\.idempotency\.failOpen.*POST \/x/,
     )
     expect(() => app.post('/y', { config: { idempotency: { leaseMs: -1 } } }, async () => ({}))).toThrow(
-      /`config\.idempotency\.leaseMs` of route `POST \/y` to be a positive integer/,
+      'Expected `config.idempotency.leaseMs` of route `POST /y` to be a positive integer, got -1.',
     )
+    expect(() =>
+      app.post(
+        '/z',
+        { config: { idempotency: { fingerprint: { query: 'yes' as never } } } },
+        async () => ({}),
+      ),
+    ).toThrow('Expected `config.idempotency.fingerprint.query` of route `POST /z` to be a boolean.')
     await app.close()
   })
 
@@ -113,7 +120,9 @@ describe('a route the plugin cannot make idempotent fails loudly', () => {
     const app = Fastify()
     await expect(
       app.register(fastifyIdempotency, { engine: engine(), tenant: 'tenant_1' as never }).ready(),
-    ).rejects.toThrow(/`tenant` of @oncely\/server\/fastify to be a function/)
+    ).rejects.toThrow(
+      'Expected `tenant` of @oncely/server/fastify to be a function. It gets the request and returns the tenant id.',
+    )
     await app.close().catch(() => {})
   })
 })

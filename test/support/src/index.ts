@@ -104,3 +104,4 @@ export {
 } from './raw-http.js'
 export { accepts, freePort, optionalService, waitFor } from './services.js'
 export { spawnTsx } from './tsx.js'
+export { type CountingProxy, countingProxy, countStatements, type WireCounts } from './wire.js'

@@ -2,6 +2,7 @@ import type { OncelyClient } from '../client.js'
 import { isHTTPError } from '../errors/http-error.js'
 import { isIdempotencyKeyReusedError } from '../errors/idempotency-key-reused-error.js'
 import type { RequestOptions } from '../request.js'
+import { OptionChecks } from '../validate.js'
 import { type KyIntent, replayedIn, toResponse } from './response.js'
 
 /**
@@ -43,21 +44,15 @@ export function markingOf(value: unknown): Marking {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new TypeError(`withOncely: Expected \`oncely\` to be a boolean or an object, got ${String(value)}`)
   }
-  const problems: string[] = []
+  const checks = new OptionChecks('withOncely', value)
   for (const name of Object.keys(value)) {
-    if (!KEYS.has(name)) problems.push(`Unknown option \`oncely.${name}\``)
+    if (!KEYS.has(name)) checks.problem(`Unknown option \`oncely.${name}\``)
   }
   const { intentId, retryFailed, onIntent } = value as Record<string, unknown>
-  if (intentId !== undefined && (typeof intentId !== 'string' || intentId === '')) {
-    problems.push(`Expected \`oncely.intentId\` to be a non-empty string, got ${String(intentId)}`)
-  }
-  if (retryFailed !== undefined && typeof retryFailed !== 'boolean') {
-    problems.push(`Expected \`oncely.retryFailed\` to be a boolean, got ${String(retryFailed)}`)
-  }
-  if (onIntent !== undefined && typeof onIntent !== 'function') {
-    problems.push('Expected `oncely.onIntent` to be a function')
-  }
-  if (problems.length > 0) throw new TypeError(`withOncely: ${problems.join('; ')}`)
+  checks.nonEmptyString('oncely.intentId', intentId)
+  checks.boolean('oncely.retryFailed', retryFailed)
+  checks.fn('oncely.onIntent', onIntent)
+  checks.done()
   return value as OncelyKyRequestOptions
 }
 

@@ -45,9 +45,7 @@ export interface IndexedDbStoreOptions {
  */
 export function indexedDbStore(options: IndexedDbStoreOptions = {}): IntentStore {
   const checks = new OptionChecks('indexedDbStore', options)
-  if (options.name !== undefined && (typeof options.name !== 'string' || options.name === '')) {
-    checks.problem(`Expected \`name\` to be a non-empty string, got ${String(options.name)}`)
-  }
+  checks.nonEmptyString('name', options.name)
   const name = options.name ?? 'oncely'
   const durability = checks.oneOf(
     'durability',

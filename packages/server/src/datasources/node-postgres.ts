@@ -3,7 +3,7 @@
 // its BEGIN, the finished record with its COMMIT, so a new key costs the round trips of the bare transaction.
 import type pg from 'pg'
 import { StoreSetupError } from '../errors.js'
-import { objectOptions, optionalBoolean } from '../options/check.js'
+import { hasMethods, objectOptions, optionalBoolean } from '../options/check.js'
 import type { Database, Rows, Session, Statement, Step } from '../store/database.js'
 import { sideLane } from '../store/side-lane.js'
 import { executeText, fitsOneMessage, inlineText, sqlPrepared } from './pg-message.js'
@@ -41,9 +41,7 @@ const databases = new WeakMap<pg.Pool, Map<boolean, Database<pg.PoolClient>>>()
 export function nodePostgres(options: NodePostgresOptions): Database<pg.PoolClient> {
   objectOptions('nodePostgres()', options)
   const { pool } = options
-  if (typeof pool?.connect !== 'function' || typeof pool.query !== 'function') {
-    throw new TypeError('Expected `pool` to be a pg.Pool.')
-  }
+  hasMethods('pool', pool, ['connect', 'query'], 'a pg.Pool')
   const preparedStatements = optionalBoolean('preparedStatements', options.preparedStatements, true)
   let known = databases.get(pool)
   if (!known) {

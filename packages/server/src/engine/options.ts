@@ -1,9 +1,19 @@
-import { objectOptions, positiveInteger, refuseTestingOptions } from '../options/check.js'
+import {
+  headerNames,
+  objectOption,
+  objectOptions,
+  objectOrFlag,
+  oneOf,
+  optionalFunction,
+  positiveInteger,
+  refuseTestingOptions,
+  requiredFunction,
+} from '../options/check.js'
 import type { FaultOptions } from './faults.js'
 import { DEFAULT_REPLAY_HEADERS, FORBIDDEN_REPLAY_HEADERS } from './response.js'
 import type { EngineOptions, ExecuteInput, KeyId } from './types.js'
 
-// Re-exported for the engine's and the HTTP core's modules, which import it from here.
+// Re-exported for the engine's modules, which import it from here.
 export { positiveInteger }
 
 export interface ResolvedOptions {
@@ -22,14 +32,12 @@ function resolveReplayCache(
   value: EngineOptions<unknown>['replayCache'],
   fenced: boolean,
 ): ResolvedOptions['replayCache'] {
-  if (value === false) return null
-  if (value !== undefined && (typeof value !== 'object' || value === null)) {
-    throw new TypeError('Expected `replayCache` to be false or an object.')
-  }
-  const maxEntries = positiveInteger('replayCache.maxEntries', value?.maxEntries ?? 10_000)
-  const maxBytes = positiveInteger('replayCache.maxBytes', value?.maxBytes ?? 16_777_216)
-  const maxAgeMs = positiveInteger('replayCache.maxAgeMs', value?.maxAgeMs ?? 60_000)
-  const maxUnconfirmedMs = positiveInteger('replayCache.maxUnconfirmedMs', value?.maxUnconfirmedMs ?? 1_000)
+  const given = objectOrFlag('replayCache', value, false)
+  if (given === false) return null
+  const maxEntries = positiveInteger('replayCache.maxEntries', given?.maxEntries ?? 10_000)
+  const maxBytes = positiveInteger('replayCache.maxBytes', given?.maxBytes ?? 16_777_216)
+  const maxAgeMs = positiveInteger('replayCache.maxAgeMs', given?.maxAgeMs ?? 60_000)
+  const maxUnconfirmedMs = positiveInteger('replayCache.maxUnconfirmedMs', given?.maxUnconfirmedMs ?? 1_000)
   // Without fencing a finished record can be overwritten (that is what the chaos run must catch): cache nothing.
   return fenced ? { maxEntries, maxBytes, maxAgeMs, maxUnconfirmedMs } : null
 }
@@ -52,21 +60,20 @@ export function resolveOptions<Tx>(
   const retentionMs = positiveInteger('retentionMs', options.retentionMs ?? 86_400_000)
   checkLeaseAndRetention(leaseMs, retentionMs)
   const replayHeaders = new Set<string>()
-  for (const name of options.replayHeaders ?? DEFAULT_REPLAY_HEADERS) {
-    const lower = typeof name === 'string' ? name.toLowerCase() : ''
-    if (lower === '' || FORBIDDEN_REPLAY_HEADERS.has(lower)) {
+  const names =
+    options.replayHeaders === undefined
+      ? DEFAULT_REPLAY_HEADERS
+      : headerNames('replayHeaders', options.replayHeaders)
+  for (const name of names) {
+    const lower = name.toLowerCase()
+    if (FORBIDDEN_REPLAY_HEADERS.has(lower)) {
       throw new TypeError(`Expected \`replayHeaders\` not to contain ${JSON.stringify(name)}.`)
     }
     replayHeaders.add(lower)
   }
-  if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
-    throw new TypeError('Expected `onEvent` to be a function.')
-  }
+  optionalFunction('onEvent', options.onEvent)
   const fenced = faults.unsafe?.disableFencing !== true
-  const reservation = options.reservation ?? 'lock'
-  if (reservation !== 'row' && reservation !== 'lock') {
-    throw new TypeError(`Expected \`reservation\` to be 'row' or 'lock', got ${JSON.stringify(reservation)}.`)
-  }
+  const reservation = oneOf('reservation', options.reservation ?? 'lock', ['row', 'lock'])
   return {
     reservation,
     leaseMs,
@@ -116,7 +123,7 @@ export function recordIdProblem(input: KeyId & { fingerprint?: string }): string
 
 /** Checks the strings that name a key record (and the fingerprint, when given) and returns the record's id. */
 export function checkRecordId(input: KeyId & { fingerprint?: string }): KeyId {
-  if (typeof input !== 'object' || input === null) throw new TypeError('Expected `input` to be an object.')
+  objectOption('input', input)
   const problem = recordIdProblem(input)
   if (problem) throw new TypeError(problem)
   return { scope: input.scope, operation: input.operation, key: input.key }
@@ -127,7 +134,7 @@ export function checkInput<Tx>(
   defaults: ResolvedOptions,
 ): { leaseMs: number; retentionMs: number } {
   checkRecordId(input)
-  if (typeof input.handler !== 'function') throw new TypeError('Expected `handler` to be a function.')
+  requiredFunction('handler', input.handler)
   if (input.wait !== undefined) positiveInteger('wait.timeoutMs', input.wait?.timeoutMs)
   const leaseMs = input.leaseMs === undefined ? defaults.leaseMs : positiveInteger('leaseMs', input.leaseMs)
   const retentionMs =

@@ -175,11 +175,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     const template = routeOptions.url
     const where = `${methods.join(',')} ${template}`
     checkRouteMethods(methods, where, 'config.idempotency')
-    const route = resolveRoute(raw, (option) =>
-      option
-        ? `config.idempotency.${option}\` of route \`${where}`
-        : `config.idempotency\` of route \`${where}`,
-    )
+    const route = resolveRoute(raw, { of: `route \`${where}\``, under: 'config.idempotency' })
     routeOptions.config = { ...routeOptions.config, [kRoute]: route } as typeof routeOptions.config
     if (route.maxBodyBytes !== undefined) routeOptions.bodyLimit = route.maxBodyBytes
     const bodyLimit = routeOptions.bodyLimit ?? fastify.initialConfig.bodyLimit ?? DEFAULT_MAX_BODY_BYTES

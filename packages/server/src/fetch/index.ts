@@ -21,6 +21,7 @@ import {
   payloadTooLarge,
   queryOf,
 } from '../http/request.js'
+import { nonEmptyString } from '../options/check.js'
 
 const ADAPTER = '@oncely/server/fetch'
 // Statuses whose response may not have a body (the Response constructor throws for one).
@@ -182,11 +183,11 @@ export function idempotency<Args extends unknown[] = [], Tx = pg.PoolClient>(
       optionsOrHandler,
       maybeHandler,
     )
-    if (
-      routeOptions?.route !== undefined &&
-      (typeof routeOptions.route !== 'string' || routeOptions.route === '')
-    ) {
-      throw new TypeError('Expected `route` of `idempotent()` to be a route template such as /v1/orders/:id.')
+    if (routeOptions?.route !== undefined) {
+      nonEmptyString('route', routeOptions.route, {
+        of: '`idempotent()`',
+        hint: 'It is the route template, such as /v1/orders/:id.',
+      })
     }
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 

@@ -4,6 +4,7 @@ import {
   IDEMPOTENT_REPLAYED_HEADER,
   RETRY_AFTER_HEADER,
 } from '@oncely/protocol'
+import { headerNames, objectOptions } from '../options/check.js'
 
 /** Your own headers, added to oncely's in {@link corsHeaders}. */
 export interface CorsHeaderOptions {
@@ -37,19 +38,13 @@ const ALLOWED = ['Content-Type', IDEMPOTENCY_KEY_HEADER, ATTEMPT_HEADER]
 // What the client reads that is not CORS-safelisted, so it is invisible to the page unless exposed: whether an
 // answer is a replay, and how long to wait before trying again.
 const EXPOSED = [IDEMPOTENT_REPLAYED_HEADER, RETRY_AFTER_HEADER]
-// RFC 9110's token: what a header name may be.
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 
 function merged(option: keyof CorsHeaderOptions, ours: readonly string[], yours: unknown): string[] {
   if (yours === undefined) return [...ours]
-  if (!Array.isArray(yours) || !yours.every((name) => typeof name === 'string' && TOKEN.test(name))) {
-    throw new TypeError(
-      `Expected \`${option}\` of corsHeaders() to be an array of header names, such as ['Authorization'].`,
-    )
-  }
+  const names = headerNames(option, yours, { of: 'corsHeaders()' })
   const seen = new Set(ours.map((name) => name.toLowerCase()))
   const out = [...ours]
-  for (const name of yours as string[]) {
+  for (const name of names) {
     if (seen.has(name.toLowerCase())) continue
     seen.add(name.toLowerCase())
     out.push(name)
@@ -66,9 +61,7 @@ function merged(option: keyof CorsHeaderOptions, ours: readonly string[], yours:
  * await app.register(cors, { origin: 'https://shop.example', ...corsHeaders({ allowedHeaders: ['Authorization'] }) })
  */
 export function corsHeaders(options: CorsHeaderOptions = {}): CorsHeaders {
-  if (typeof options !== 'object' || options === null) {
-    throw new TypeError('Expected the options of corsHeaders() to be an object.')
-  }
+  objectOptions('corsHeaders()', options)
   return {
     allowedHeaders: merged('allowedHeaders', ALLOWED, options.allowedHeaders),
     exposedHeaders: merged('exposedHeaders', EXPOSED, options.exposedHeaders),

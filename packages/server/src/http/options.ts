@@ -1,6 +1,20 @@
 import type pg from 'pg'
-import { positiveInteger } from '../engine/options.js'
 import type { Engine, ErrorClass, HandlerResponse } from '../engine/types.js'
+import {
+  engineOption,
+  headerNames,
+  nonEmptyString,
+  objectOption,
+  objectOptions,
+  objectOrFlag,
+  optionalBoolean,
+  optionalFunction,
+  optionalLogger,
+  optionName,
+  positiveInteger,
+  requiredFunction,
+  stringArray,
+} from '../options/check.js'
 
 /** What counts toward a route's request fingerprint, beyond the method and the route template. */
 export interface FingerprintOptions {
@@ -136,59 +150,76 @@ export interface ResolvedRoute {
 const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie', 'idempotency-key'])
 
 /**
- * Names an option in an error message, which wraps the name in backticks: `config.idempotency.leaseMs`, or
- * ``config.idempotency.leaseMs\` of route \`POST /x`` to say where. Without an option, names the options themselves.
+ * How a route's options are named in error messages: what they are options of (``'`idempotent()`'``, or
+ * ``'route `POST /x`'``), and, where they sit under another option, its name (`'config.idempotency'`).
  */
-export type OptionNamer = (option?: string) => string
+export interface RouteNaming {
+  of: string
+  under?: string
+}
 
 /** Validates a route's options when the route is set up, with a TypeError that names the bad option. */
 export function resolveRoute(
   raw: true | IdempotencyRouteOptions | undefined,
-  name: OptionNamer,
+  naming: RouteNaming,
 ): ResolvedRoute {
-  const options: IdempotencyRouteOptions = raw === true || raw === undefined ? {} : raw
-  if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`Expected \`${name()}\` to be true or an object.`)
-  }
+  const { under } = naming
+  const name = (option: string) => (under === undefined ? option : `${under}.${option}`)
+  const context = { of: naming.of }
+  const given = objectOrFlag(under ?? 'options', raw, true, context)
+  const options: IdempotencyRouteOptions = given === true || given === undefined ? {} : given
   const optionalInt = (option: 'leaseMs' | 'retentionMs' | 'maxBodyBytes') =>
-    options[option] === undefined ? undefined : positiveInteger(name(option), options[option])
-  const optionalFunction = <T>(option: 'classify' | 'renderError', value: T | undefined): T | undefined => {
-    if (value !== undefined && typeof value !== 'function') {
-      throw new TypeError(`Expected \`${name(option)}\` to be a function.`)
-    }
-    return value
-  }
-  if (options.failOpen && !options.naturallyIdempotent) {
+    options[option] === undefined ? undefined : positiveInteger(name(option), options[option], context)
+  const naturallyIdempotent = optionalBoolean(
+    name('naturallyIdempotent'),
+    options.naturallyIdempotent,
+    false,
+    context,
+  )
+  const failOpen = optionalBoolean(name('failOpen'), options.failOpen, false, context)
+  if (failOpen && !naturallyIdempotent) {
     throw new TypeError(
-      `Expected \`${name('failOpen')}\` to be used only with \`naturallyIdempotent: true\`; failing open on a route that is not naturally idempotent duplicates effects.`,
+      `Expected ${optionName(name('failOpen'), context)} to be used only with \`naturallyIdempotent: true\`; failing open on a route that is not naturally idempotent duplicates effects.`,
     )
   }
-  if (
-    options.operation !== undefined &&
-    (typeof options.operation !== 'string' || options.operation === '')
-  ) {
-    throw new TypeError(`Expected \`${name('operation')}\` to be a non-empty string.`)
-  }
-  const requestHeaders = (options.requestHeaders ?? []).map((header) => String(header).toLowerCase())
+  if (options.operation !== undefined) nonEmptyString(name('operation'), options.operation, context)
+  const requestHeaders =
+    options.requestHeaders === undefined
+      ? []
+      : headerNames(name('requestHeaders'), options.requestHeaders, context).map((header) =>
+          header.toLowerCase(),
+        )
   for (const header of requestHeaders) {
     if (SECRET_HEADERS.has(header)) {
-      throw new TypeError(`Expected \`${name('requestHeaders')}\` not to contain ${header}.`)
+      throw new TypeError(`Expected ${optionName(name('requestHeaders'), context)} not to contain ${header}.`)
     }
   }
-  if (options.wait !== undefined) positiveInteger(name('wait.timeoutMs'), options.wait?.timeoutMs)
-  const exclude = options.fingerprint?.exclude
+  if (options.wait !== undefined) {
+    const wait = objectOption(name('wait'), options.wait, context)
+    positiveInteger(name('wait.timeoutMs'), wait.timeoutMs, context)
+  }
+  const fingerprint =
+    options.fingerprint === undefined ? {} : objectOption(name('fingerprint'), options.fingerprint, context)
+  const include =
+    fingerprint.include === undefined
+      ? undefined
+      : stringArray(name('fingerprint.include'), fingerprint.include, context)
+  const exclude =
+    fingerprint.exclude === undefined
+      ? undefined
+      : stringArray(name('fingerprint.exclude'), fingerprint.exclude, context)
   return {
-    required: options.required ?? true,
+    required: optionalBoolean(name('required'), options.required, true, context),
     operation: options.operation,
     leaseMs: optionalInt('leaseMs'),
     retentionMs: optionalInt('retentionMs'),
-    include: options.fingerprint?.include,
+    include,
     exclude: exclude && exclude.length > 0 ? new Set(exclude) : undefined,
-    query: options.fingerprint?.query ?? false,
+    query: optionalBoolean(name('fingerprint.query'), fingerprint.query, false, context),
     wait: options.wait,
-    failOpen: options.failOpen ?? false,
-    classify: optionalFunction('classify', options.classify),
-    renderError: optionalFunction('renderError', options.renderError),
+    failOpen,
+    classify: optionalFunction(name('classify'), options.classify, context),
+    renderError: optionalFunction(name('renderError'), options.renderError, context),
     requestHeaders,
     maxBodyBytes: optionalInt('maxBodyBytes'),
   }
@@ -254,21 +285,21 @@ export function routeArguments<Options extends IdempotencyRouteOptions, Handler>
   return {
     handler,
     options,
-    route: resolveRoute(options, (option) => `${option ?? 'options'}\` of \`idempotent()`),
+    route: resolveRoute(options, { of: '`idempotent()`' }),
   }
 }
 
 /** Checks the options every adapter shares, naming the adapter and the bad option. */
-export function checkAdapterOptions(options: AdapterOptions<never, never, unknown>, adapter: string): void {
-  if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`Expected the options of ${adapter} to be an object with \`engine\` and \`tenant\`.`)
-  }
-  if (typeof options.engine?.execute !== 'function' || typeof options.engine.verify !== 'function') {
-    throw new TypeError(`Expected \`engine\` of ${adapter} to be an engine from createEngine().`)
-  }
-  if (typeof options.tenant !== 'function') {
-    throw new TypeError(
-      `Expected \`tenant\` of ${adapter} to be a function of the request that returns the tenant id.`,
-    )
-  }
+export function checkAdapterOptions(
+  options: AdapterOptions<never, never, unknown> & { logger?: AdapterLogger },
+  adapter: string,
+  loggerHint?: string,
+): void {
+  objectOptions(adapter, options, { hint: 'It takes `engine` and `tenant`.' })
+  engineOption('engine', options.engine, { of: adapter })
+  requiredFunction('tenant', options.tenant, {
+    of: adapter,
+    hint: 'It gets the request and returns the tenant id.',
+  })
+  optionalLogger('logger', options.logger, { of: adapter, hint: loggerHint })
 }

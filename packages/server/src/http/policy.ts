@@ -1,3 +1,4 @@
+import { optionName } from '../options/check.js'
 import { misconfiguredAnswer, problemAnswer, type ReplacingAnswer } from './answer.js'
 import type { AdapterLogger } from './options.js'
 import { type HeaderReader, headerProblem, isSafeMethod, parseBody } from './request.js'
@@ -45,7 +46,7 @@ export function checkRouteMethods(methods: readonly string[], where: string, opt
   const safe = methods.map((method) => method.toUpperCase()).filter(isSafeMethod)
   if (safe.length > 0) {
     throw new TypeError(
-      `Expected \`${option}\` only on unsafe methods: ${safeMethodMessage(safe.join(', '), where)}`,
+      `Expected ${optionName(option)} only on unsafe methods: ${safeMethodMessage(safe.join(', '), where)}`,
     )
   }
 }

@@ -128,7 +128,7 @@ export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<T
         'Expected the options of `idempotent()` (or nothing), not a handler: `router.post(path, idempotent(), handler)`.',
       )
     }
-    const route = resolveRoute(routeOptions, (option) => `${option ?? 'options'}\` of \`idempotent()`)
+    const route = resolveRoute(routeOptions, { of: '`idempotent()`' })
     const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     return async function idempotentMiddleware(

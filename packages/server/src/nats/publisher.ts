@@ -1,7 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { NoStreamForSubjectError } from '../errors/no-stream-for-subject-error.js'
-import { objectOptions, optionalFunction, positiveInteger } from '../options/check.js'
+import { hasMethods, objectOptions, optionalFunction, positiveInteger } from '../options/check.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
 
 /** Options of {@link jetStreamPublisher}. */
@@ -29,8 +29,7 @@ export interface JetStreamPublisherOptions {
  */
 export function jetStreamPublisher(options: JetStreamPublisherOptions): Publisher {
   objectOptions('jetStreamPublisher()', options)
-  if (typeof options.js?.publish !== 'function')
-    throw new TypeError('Expected `js` to be a JetStream client.')
+  hasMethods('js', options.js, ['publish'], 'a JetStream client')
   const subject = optionalFunction('subject', options.subject) ?? ((message: OutboxMessage) => message.topic)
   const timeout = positiveInteger('timeoutMs', options.timeoutMs ?? 5_000)
   return {

@@ -13,6 +13,7 @@ import {
 import type { ExecutionContext } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
 import { type IdempotencyRouteOptions, resolveRoute } from '../http/options.js'
+import { objectOptions, requiredFunction } from '../options/check.js'
 import { IDEMPOTENT_ROUTE, IdempotencyInterceptor, type WithIdempotency } from './interceptor.js'
 import {
   checkModuleOptions,
@@ -81,9 +82,8 @@ export class OncelyModule implements OnApplicationBootstrap {
    * })
    */
   static forRootAsync(options: OncelyModuleAsyncOptions): DynamicModule {
-    if (typeof options?.useFactory !== 'function') {
-      throw new TypeError('Expected `useFactory` of OncelyModule.forRootAsync() to be a function.')
-    }
+    objectOptions('OncelyModule.forRootAsync()', options)
+    requiredFunction('useFactory', options.useFactory, { of: 'OncelyModule.forRootAsync()' })
     return {
       module: OncelyModule,
       global: true,
@@ -134,9 +134,7 @@ Module({})(OncelyModule)
  * }
  */
 export function Idempotent(options?: IdempotencyRouteOptions): MethodDecorator {
-  const route = resolveRoute(options, (option) =>
-    option ? `${option}\` of \`@Idempotent()` : `options\` of \`@Idempotent()`,
-  )
+  const route = resolveRoute(options, { of: '`@Idempotent()`' })
   return applyDecorators(SetMetadata(IDEMPOTENT_ROUTE, route), UseInterceptors(IdempotencyInterceptor))
 }
 

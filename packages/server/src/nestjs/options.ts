@@ -56,12 +56,7 @@ export interface OncelyModuleAsyncOptions {
 
 /** Validates the module's options at start-up, naming the bad one. */
 export function checkModuleOptions(options: OncelyModuleOptions): OncelyModuleOptions {
-  checkAdapterOptions(options, ADAPTER)
-  if (options.logger !== undefined && typeof options.logger?.error !== 'function') {
-    throw new TypeError(
-      `Expected \`logger\` of ${ADAPTER} to have an \`error(details, message)\` method (pino, or Nest's logger through it).`,
-    )
-  }
+  checkAdapterOptions(options, ADAPTER, "Pass pino, or Nest's logger through it.")
   return options
 }
 

@@ -11,7 +11,7 @@ import {
   trace,
 } from '@opentelemetry/api'
 import type pg from 'pg'
-import { objectOptions } from '../options/check.js'
+import { hasMethods, objectOptions } from '../options/check.js'
 import type { DispatcherEvent, DispatcherOptions } from '../outbox/dispatcher.js'
 import { outboxNames } from '../outbox/names.js'
 import type { OutboxMessage, Publisher } from '../outbox/types.js'
@@ -43,10 +43,9 @@ export function instrumentDispatcher(
   telemetryOptions: ServerTelemetryOptions = {},
 ): DispatcherOptions {
   objectOptions('instrumentDispatcher()', options)
-  const { publisher, pool } = options
-  if (typeof publisher?.publish !== 'function')
-    throw new TypeError('Expected `publisher` to have a `publish` method.')
-  if (typeof pool?.query !== 'function') throw new TypeError('Expected `pool` to be a pg.Pool.')
+  const { publisher } = options
+  hasMethods('publisher', publisher, ['publish'], 'a publisher, with a `publish(message)` method')
+  const pool = hasMethods('pool', options.pool, ['query'], 'a pg.Pool')
   const { table } = outboxNames(options.schema)
   const { tracer, instruments } = resolveTelemetry(
     telemetryOptions,

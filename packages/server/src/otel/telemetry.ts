@@ -11,7 +11,7 @@ import {
   trace,
   type UpDownCounter,
 } from '@opentelemetry/api'
-import { objectOptions, optionalBoolean } from '../options/check.js'
+import { hasMethods, objectOptions, optionalBoolean } from '../options/check.js'
 import { VERSION } from './version.js'
 
 /** The instrumentation scope: tracers and meters are named after the package and its version. */
@@ -141,10 +141,8 @@ export function resolveTelemetry(options: ServerTelemetryOptions, factory: strin
   objectOptions(factory, options)
   const tracerProvider = options.tracerProvider ?? trace.getTracerProvider()
   const meterProvider = options.meterProvider ?? metrics.getMeterProvider()
-  if (typeof tracerProvider?.getTracer !== 'function')
-    throw new TypeError('Expected `tracerProvider` to be an OpenTelemetry TracerProvider.')
-  if (typeof meterProvider?.getMeter !== 'function')
-    throw new TypeError('Expected `meterProvider` to be an OpenTelemetry MeterProvider.')
+  hasMethods('tracerProvider', tracerProvider, ['getTracer'], 'an OpenTelemetry TracerProvider')
+  hasMethods('meterProvider', meterProvider, ['getMeter'], 'an OpenTelemetry MeterProvider')
   const recordScope = optionalBoolean('recordScope', options.recordScope, false)
   const recordKey = optionalBoolean('recordKey', options.recordKey, false)
   let resolved = byMeterProvider.get(meterProvider)

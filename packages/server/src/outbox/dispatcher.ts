@@ -1,5 +1,11 @@
 import type pg from 'pg'
-import { objectOptions, optionalFunction, positiveInteger, refuseTestingOptions } from '../options/check.js'
+import {
+  hasMethods,
+  objectOptions,
+  optionalFunction,
+  positiveInteger,
+  refuseTestingOptions,
+} from '../options/check.js'
 import { poolOrDatabase } from '../options/datasource.js'
 import type { Database } from '../store/database.js'
 import { Listener, type ListenerOptions } from './listener.js'
@@ -128,8 +134,7 @@ export function buildDispatcher(options: DispatcherOptions, hooks: DispatcherHoo
   objectOptions('createDispatcher()', options)
   const { pool, publisher } = options
   const database = poolOrDatabase('createDispatcher()', options)
-  if (typeof publisher?.publish !== 'function')
-    throw new TypeError('Expected `publisher` to have a `publish` method.')
+  hasMethods('publisher', publisher, ['publish'], 'a publisher, with a `publish(message)` method')
   const { table, channel } = outboxNames(options.schema)
   const batchSize = positiveInteger('batchSize', options.batchSize ?? 100)
   const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)

@@ -5,7 +5,14 @@ import type { Engine, ExecuteInput, Outcome } from '../engine/types.js'
 import { boundedWait } from '../engine/wait.js'
 import { RedisTimeoutError } from '../errors/redis-timeout-error.js'
 import { wrapEngine } from '../hooks.js'
-import { engineOption, objectOptions, oneOf, optionalFunction, positiveInteger } from '../options/check.js'
+import {
+  engineOption,
+  hasMethods,
+  objectOptions,
+  oneOf,
+  optionalFunction,
+  positiveInteger,
+} from '../options/check.js'
 
 /** Options of {@link withSoftLease}. */
 export interface SoftLeaseOptions {
@@ -80,7 +87,7 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
   engineOption('engine', engine)
   objectOptions('withSoftLease()', options)
   const { redis } = options
-  if (typeof redis?.eval !== 'function') throw new TypeError('Expected `redis` to be an ioredis client.')
+  hasMethods('redis', redis, ['eval'], 'an ioredis client')
   const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? engine.options.leaseMs)
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? 250)
   const breakerMs = positiveInteger('breakerMs', options.breakerMs ?? 5_000)

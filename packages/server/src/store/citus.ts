@@ -3,7 +3,7 @@
 // one node and commit there in one single-node transaction. The migration ledger stays a plain table on the
 // coordinator: only migrate() reads it, in the transaction that runs the DDL there.
 import type pg from 'pg'
-import { objectOptions, positiveInteger } from '../options/check.js'
+import { objectOptions, optionalBoolean, positiveInteger } from '../options/check.js'
 import { asDatabase } from './as-database.js'
 import type { Database, Rows } from './database.js'
 import { checkIdentifier, quoteIdent, tableNames } from './identifiers.js'
@@ -79,8 +79,7 @@ export async function distribute(
       'Expected `shardCount` or `colocateWith`, not both: a co-location group has one shard count.',
     )
   }
-  const withOutbox = options.outbox ?? true
-  if (typeof withOutbox !== 'boolean') throw new TypeError('Expected `outbox` to be a boolean.')
+  const withOutbox = optionalBoolean('outbox', options.outbox, true)
 
   const keys = tableNames(schema, table).qualified
   const outbox = `${quoteIdent(schema)}.outbox`

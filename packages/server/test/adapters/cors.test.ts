@@ -172,7 +172,7 @@ describe('corsHeaders()', () => {
 
   it('checks its options, naming the bad one', () => {
     expect(() => corsHeaders({ allowedHeaders: 'Authorization' as never })).toThrow(
-      /`allowedHeaders` of corsHeaders/,
+      "Expected `allowedHeaders` of corsHeaders() to be an array of header names, such as ['X-Request-Id'].",
     )
     expect(() => corsHeaders({ exposedHeaders: ['Not a header'] })).toThrow(/`exposedHeaders` of corsHeaders/)
     expect(() => corsHeaders(null as never)).toThrow(/options of corsHeaders/)

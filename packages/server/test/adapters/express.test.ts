@@ -274,6 +274,12 @@ describe.each([
       const idempotent = idempotency({ engine: engine(), tenant: () => 't' })
       expect(() => idempotent({ leaseMs: 0 }, async () => {})).toThrow(/`leaseMs` of `idempotent\(\)`/)
       expect(() => idempotent({ failOpen: true }, async () => {})).toThrow(/`failOpen` of `idempotent\(\)`/)
+      expect(() => idempotent({ required: 'no' as never }, async () => {})).toThrow(
+        'Expected `required` of `idempotent()` to be a boolean.',
+      )
+      expect(() => idempotent(null as never, async () => {})).toThrow(
+        'Expected `options` of `idempotent()` to be true or an object.',
+      )
       expect(() => idempotent({} as never)).toThrow(/Expected a route handler/)
     })
 

@@ -134,11 +134,17 @@ describe('misuse fails loudly', () => {
   it('options are checked when the adapter and each handler are set up', () => {
     const engine = engineFor(db.pool).engine
     expect(() => idempotency({ engine, tenant: undefined as never })).toThrow(
-      /`tenant` of @oncely\/server\/fetch/,
+      'Expected `tenant` of @oncely/server/fetch to be a function. It gets the request and returns the tenant id.',
+    )
+    expect(() => idempotency({ engine, tenant: () => 't', logger: { info: () => {} } as never })).toThrow(
+      /`logger` of @oncely\/server\/fetch to be a logger/,
     )
     expect(() => idempotent({ route: '' }, async () => Response.json({}))).toThrow(
-      /`route` of `idempotent\(\)`/,
+      'Expected `route` of `idempotent()` to be a non-empty string. It is the route template, such as /v1/orders/:id.',
     )
+    expect(() =>
+      idempotent({ requestHeaders: 'user-agent' as never }, async () => Response.json({})),
+    ).toThrow(/`requestHeaders` of `idempotent\(\)` to be an array of header names/)
     expect(() => idempotent({ maxBodyBytes: 1.5 }, async () => Response.json({}))).toThrow(/`maxBodyBytes`/)
   })
 

@@ -167,8 +167,16 @@ describe('misuse fails loudly', () => {
       /`engine` of @oncely\/server\/koa/,
     )
     expect(() => idempotency({ engine, tenant: 't' as never })).toThrow(/`tenant` of @oncely\/server\/koa/)
+    expect(() => idempotency({ engine, tenant: () => 't', logger: console.error as never })).toThrow(
+      /`logger` of @oncely\/server\/koa/,
+    )
     const idempotent = idempotency({ engine, tenant: () => 't' })
-    expect(() => idempotent({ leaseMs: 0 })).toThrow(/`leaseMs` of `idempotent\(\)`/)
+    expect(() => idempotent({ leaseMs: 0 })).toThrow(
+      'Expected `leaseMs` of `idempotent()` to be a positive integer, got 0.',
+    )
+    expect(() => idempotent({ fingerprint: { include: 'amount' as never } })).toThrow(
+      'Expected `fingerprint.include` of `idempotent()` to be an array of strings.',
+    )
     expect(() => idempotent((async () => {}) as never)).toThrow(/not a handler/)
   })
 

@@ -367,12 +367,25 @@ describe('options are checked where they are given, naming the bad one', () => {
     expect(() => OncelyModule.forRoot({ engine: engineFor(db.pool).engine, tenant: 'x' as never })).toThrow(
       /`tenant`/,
     )
-    expect(() => OncelyModule.forRootAsync({} as never)).toThrow(/`useFactory`/)
+    expect(() =>
+      OncelyModule.forRoot({ engine: engineFor(db.pool).engine, tenant: () => 't', logger: {} as never }),
+    ).toThrow(
+      "Expected `logger` of @oncely/server/nestjs to be a logger with pino's `error(details, message)` method. Pass pino, or Nest's logger through it.",
+    )
+    expect(() => OncelyModule.forRootAsync({} as never)).toThrow(
+      'Expected `useFactory` of OncelyModule.forRootAsync() to be a function.',
+    )
+    expect(() => OncelyModule.forRootAsync(undefined as never)).toThrow(
+      'Expected the options of OncelyModule.forRootAsync() to be an object.',
+    )
   })
 
   it('@Idempotent()', () => {
     expect(() => Idempotent({ leaseMs: -1 })).toThrow(/`leaseMs` of `@Idempotent\(\)`/)
     expect(() => Idempotent({ failOpen: true })).toThrow(/`failOpen` of `@Idempotent\(\)`/)
+    expect(() => Idempotent({ wait: { timeoutMs: 0 } })).toThrow(
+      'Expected `wait.timeoutMs` of `@Idempotent()` to be a positive integer, got 0.',
+    )
   })
 
   it('OncelyModule.forRootAsync() at start-up', async () => {

@@ -3,8 +3,12 @@
 // session sends the steps of one run together for it, so a first execution through postgres.js costs one round trip
 // more than through node-postgres (which sends the steps in one message): its BEGIN travels alone, as `sql.begin`
 // calls back only after it.
-import net from 'node:net'
-import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
+import {
+  type CountingProxy,
+  countingProxy,
+  createTestDatabase,
+  type TestDatabase,
+} from '@oncely/test-support'
 import pg from 'pg'
 import postgres from 'postgres'
 import { afterAll, beforeAll, expect, it } from 'vitest'
@@ -13,41 +17,17 @@ import { postgresJs } from '../../src/postgres-js/index.js'
 import { fingerprintOf } from '../helpers.js'
 
 let db: TestDatabase
-let proxy: net.Server
+let proxy: CountingProxy
 let url: string
-let turns = 0
 beforeAll(async () => {
   db = await createTestDatabase('round_trips')
   await migrate(db.pool)
   await db.pool.query('CREATE TABLE payments (id bigserial PRIMARY KEY, cart text NOT NULL)')
-  const target = new URL(db.url)
-  let serverSpoke = true
-  proxy = net.createServer((client) => {
-    const server = net.connect(Number(target.port || 5432), target.hostname)
-    client.on('data', (chunk) => {
-      if (serverSpoke) turns++
-      serverSpoke = false
-      server.write(chunk)
-    })
-    server.on('data', (chunk) => {
-      serverSpoke = true
-      client.write(chunk)
-    })
-    for (const [a, b] of [
-      [client, server],
-      [server, client],
-    ] as const) {
-      a.on('error', () => {})
-      a.on('close', () => b.destroy())
-    }
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  const through = new URL(db.url)
-  through.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`
-  url = through.href
+  proxy = await countingProxy(db.url)
+  url = proxy.url
 })
 afterAll(async () => {
-  await new Promise((resolve) => proxy?.close(resolve))
+  await proxy?.close()
   await db?.drop()
 })
 
@@ -76,9 +56,9 @@ async function roundTrips<Tx>(
   // Per request, over several: a rollback sent without waiting for its answer shows in the next request's count.
   const times = 10
   const counted = async (work: (i: number) => Promise<unknown>) => {
-    const before = turns
+    const before = proxy.counts().roundTrips
     for (let i = 0; i < times; i++) await work(i)
-    return Math.round((turns - before) / times)
+    return Math.round((proxy.counts().roundTrips - before) / times)
   }
   return {
     first: await counted((i) => run(`${prefix}-new-${i}`)),

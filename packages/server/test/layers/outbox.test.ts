@@ -95,6 +95,9 @@ describe('enqueue', () => {
     }
     const publisher = recorder()
     expect(() => createDispatcher({ pool: db.pool, publisher, leaseMs: 0 })).toThrow('Expected `leaseMs`')
+    expect(() => createDispatcher({ pool: db.pool, publisher: {} as never })).toThrow(
+      'Expected `publisher` to be a publisher, with a `publish(message)` method.',
+    )
     expect(() =>
       createDispatcher({ pool: db.pool, publisher, hooks: {} } as unknown as Parameters<
         typeof createDispatcher

@@ -347,5 +347,8 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
       'onRedisError',
     )
     expect(() => withSoftLease(engine, { redis, breakerMs: 0 })).toThrow('Expected `breakerMs`')
+    expect(() => withSoftLease(engine, { redis: {} as never })).toThrow(
+      'Expected `redis` to be an ioredis client.',
+    )
   })
 })

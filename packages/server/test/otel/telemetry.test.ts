@@ -388,6 +388,11 @@ describe('what instrumentation must not do', () => {
         recordKey: 'yes' as never,
       }),
     ).toThrow(/`recordKey`/)
+    expect(() =>
+      instrumentEngine(createEngine({ store: postgresStore({ pool: db.pool }) }), {
+        tracerProvider: {} as never,
+      }),
+    ).toThrow('Expected `tracerProvider` to be an OpenTelemetry TracerProvider.')
   })
 
   it('names its tracer and meter after the package version', () => {

@@ -1,8 +1,8 @@
 // The counting proxy, against a real Postgres: what it counts for statements whose round trips and statements are
 // known, and the statement splitter of simple queries.
-import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createTestDatabase, type TestDatabase } from '../src/index.js'
 import { type CountingProxy, countingProxy, countStatements } from '../src/wire.js'
 
 describe('countStatements', () => {
@@ -19,7 +19,7 @@ describe('countingProxy', () => {
   let proxy: CountingProxy
   let client: pg.Client
   beforeAll(async () => {
-    db = await createTestDatabase('bench_wire')
+    db = await createTestDatabase('support_wire')
     proxy = await countingProxy(db.url)
     client = new pg.Client({ connectionString: proxy.url })
     await client.connect()

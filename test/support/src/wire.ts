@@ -1,7 +1,8 @@
-// A loopback TCP proxy between a bench server and Postgres that counts what crosses it, per direction: bytes, round
-// trips (a turn each time a connection's client sends after the server last spoke, so statements sent together
-// count once) and statements (each Execute message of the extended protocol, and each statement of a simple Query
-// message). It reads the frontend messages only to count them and forwards every byte unchanged.
+// A loopback TCP proxy between a client (a bench server, a test's pool) and Postgres that counts what crosses it,
+// per direction: bytes, round trips (a turn each time a connection's client sends after the server last spoke, so
+// statements sent together count once) and statements (each Execute message of the extended protocol, and each
+// statement of a simple Query message). It reads the frontend messages only to count them and forwards every byte
+// unchanged.
 import net from 'node:net'
 
 export interface WireCounts {
