@@ -8,6 +8,7 @@ import type {
   RouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
+import type { HandlerResponse } from '../engine/types.js'
 import { isStoreSetupError } from '../errors.js'
 import {
   type Answer,
@@ -17,7 +18,7 @@ import {
   replyWriter,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, PASS, type Verdict } from '../http/core.js'
+import { createHttpCore, type HttpCore, PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
@@ -31,7 +32,7 @@ import {
   targetPath,
 } from '../http/request.js'
 import { payloadBytes } from './capture.js'
-import type { FastifyIdempotencyContext, FastifyIdempotencyOptions } from './config.js'
+import type { FastifyIdempotencyContext, FastifyIdempotencyOptions, RegisteredTx } from './config.js'
 import { frameworkProblem, installStrictJsonParser, RequestRefusedError } from './json.js'
 
 const ADAPTER = '@oncely/server/fastify'
@@ -120,6 +121,9 @@ async function verifyStore(
   }
 }
 
+type Core = HttpCore<RegisteredTx>
+type Tenant = FastifyIdempotencyOptions['tenant']
+
 async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
   checkAdapterOptions(options, ADAPTER)
   const { engine, tenant } = options
@@ -129,6 +133,16 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   // onRoute hook below, so it would run without a key check. Its requests are refused, loudly, where the plugin
   // still sees them without a cost to any other route: in the JSON parser (which reads the route's config anyway)
   // and in `request.idempotency`.
+  refuseUnpreparedRoutes(fastify)
+
+  // Without its table, the server does not start: `app.ready()` and `app.listen()` reject naming the fix.
+  fastify.addHook('onReady', () => verifyStore(fastify, engine))
+
+  fastify.addHook('onRoute', (routeOptions) => prepareRoute(fastify, routeOptions, core, tenant))
+}
+
+/** Refuses the requests of a route that has `config.idempotency` but was registered before the plugin. */
+function refuseUnpreparedRoutes(fastify: FastifyInstance): void {
   const reported = new Set<string>()
   const unprepared = (request: FastifyRequest): UnpreparedRouteError => {
     const route = `${request.method} ${request.routeOptions.url}`
@@ -162,75 +176,99 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       this[kContext] = context
     },
   })
+}
 
-  // Without its table, the server does not start: `app.ready()` and `app.listen()` reject naming the fix.
-  fastify.addHook('onReady', () => verifyStore(fastify, engine))
+/** The onRoute hook: makes a route with `config.idempotency` idempotent, its options checked at registration. */
+function prepareRoute(
+  fastify: FastifyInstance,
+  routeOptions: RouteOptions,
+  core: Core,
+  tenant: Tenant,
+): void {
+  const raw = routeOptions.config?.idempotency
+  if (!raw) return
+  const methods = (Array.isArray(routeOptions.method) ? routeOptions.method : [routeOptions.method]).map(
+    (method) => method.toUpperCase(),
+  )
+  const template = routeOptions.url
+  const where = `${methods.join(',')} ${template}`
+  checkRouteMethods(methods, where, 'config.idempotency')
+  const route = resolveRoute(raw, { of: `route \`${where}\``, under: 'config.idempotency' })
+  routeOptions.config = { ...routeOptions.config, [kRoute]: route } as typeof routeOptions.config
+  if (route.maxBodyBytes !== undefined) routeOptions.bodyLimit = route.maxBodyBytes
+  const bodyLimit = routeOptions.bodyLimit ?? fastify.initialConfig.bodyLimit ?? DEFAULT_MAX_BODY_BYTES
+  routeOptions.preParsing = appendHook(routeOptions.preParsing, rejectEarly(bodyLimit))
+  routeOptions.onSend = appendHook(routeOptions.onSend, holdResponse)
 
-  fastify.addHook('onRoute', (routeOptions) => {
-    const raw = routeOptions.config?.idempotency
-    if (!raw) return
-    const methods = (Array.isArray(routeOptions.method) ? routeOptions.method : [routeOptions.method]).map(
-      (method) => method.toUpperCase(),
-    )
-    const template = routeOptions.url
-    const where = `${methods.join(',')} ${template}`
-    checkRouteMethods(methods, where, 'config.idempotency')
-    const route = resolveRoute(raw, { of: `route \`${where}\``, under: 'config.idempotency' })
-    routeOptions.config = { ...routeOptions.config, [kRoute]: route } as typeof routeOptions.config
-    if (route.maxBodyBytes !== undefined) routeOptions.bodyLimit = route.maxBodyBytes
-    const bodyLimit = routeOptions.bodyLimit ?? fastify.initialConfig.bodyLimit ?? DEFAULT_MAX_BODY_BYTES
-    const rejectEarly: preParsingHookHandler = async (request, _reply, payload) => {
-      const details = headerProblem((name) => request.headers[name], bodyLimit)
-      // Answered by the route error handler before the body is read; nothing is reserved.
-      if (details) throw new RequestRefusedError(details)
-      return payload
+  routeOptions.errorHandler = refusingErrors(routeOptions.errorHandler)
+
+  const original = routeOptions.handler as RouteHandlerMethod
+  routeOptions.handler = idempotent(original, route, template, core, tenant)
+}
+
+/** The preParsing hook of an idempotent route: refuses what its headers already tell is refused. */
+const rejectEarly =
+  (bodyLimit: number): preParsingHookHandler =>
+  async (request, _reply, payload) => {
+    const details = headerProblem((name) => request.headers[name], bodyLimit)
+    // Answered by the route error handler before the body is read; nothing is reserved.
+    if (details) throw new RequestRefusedError(details)
+    return payload
+  }
+
+/** The handler of an idempotent route: runs `original` through the engine and sends what the engine decided. */
+function idempotent(
+  original: RouteHandlerMethod,
+  route: ResolvedRoute,
+  template: string,
+  core: Core,
+  tenant: Tenant,
+): RouteHandlerMethod {
+  return async function idempotentHandler(this: FastifyInstance, request, reply) {
+    const held = new HeldResponse(writer, reply)
+    let verdict: Verdict | undefined
+    try {
+      verdict = await core.handle(route, {
+        method: request.method,
+        route: template,
+        path: decodePath(targetPath(request.url)),
+        header: (name) => request.headers[name],
+        body: request.body,
+        query: () => request.query as Record<string, unknown>,
+        tenant: () => tenant(request),
+        log: request.log,
+        held,
+        run: (ctx) => runHeld(held, ctx, request, reply, () => original.call(this, request, reply)),
+      })
+    } catch (error) {
+      // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
+      held.undo()
+      throw error
     }
-    routeOptions.preParsing = appendHook(routeOptions.preParsing, rejectEarly)
-    routeOptions.onSend = appendHook(routeOptions.onSend, holdResponse)
+    if (verdict === undefined) return reply
+    if (verdict === PASS) return original.call(this, request, reply)
+    return sendAnswer(reply, verdict, held)
+  }
+}
 
-    routeOptions.errorHandler = refusingErrors(routeOptions.errorHandler)
-
-    const original = routeOptions.handler as RouteHandlerMethod
-    routeOptions.handler = async function idempotentHandler(this: FastifyInstance, request, reply) {
-      const held = new HeldResponse(writer, reply)
-      let verdict: Verdict | undefined
-      try {
-        verdict = await core.handle(route, {
-          method: request.method,
-          route: template,
-          path: decodePath(targetPath(request.url)),
-          header: (name) => request.headers[name],
-          body: request.body,
-          query: () => request.query as Record<string, unknown>,
-          tenant: () => tenant(request),
-          log: request.log,
-          held,
-          run: (ctx) => {
-            ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
-            ;(request as Held)[kHeld] = held
-            const send = reply.send
-            reply.send = function (payload?: unknown) {
-              held.sending()
-              reply.send = send
-              return send.call(this, payload)
-            }
-            return held.run(
-              () => original.call(this, request, reply),
-              (value) => {
-                if (value !== undefined && value !== reply) reply.send(value)
-              },
-            )
-          },
-        })
-      } catch (error) {
-        // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
-        held.undo()
-        throw error
-      }
-      if (verdict === undefined) return reply
-      if (verdict === PASS) return original.call(this, request, reply)
-      return sendAnswer(reply, verdict, held)
-    }
+/** The engine's `run`: the route's handler with `request.idempotency` set, its response held until the commit. */
+function runHeld(
+  held: HeldResponse<FastifyReply>,
+  ctx: FastifyIdempotencyContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  handler: () => unknown,
+): Promise<HandlerResponse> {
+  ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
+  ;(request as Held)[kHeld] = held
+  const send = reply.send
+  reply.send = function (payload?: unknown) {
+    held.sending()
+    reply.send = send
+    return send.call(this, payload)
+  }
+  return held.run(handler, (value) => {
+    if (value !== undefined && value !== reply) reply.send(value)
   })
 }
 

@@ -69,21 +69,20 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
 
-/**
- * Puts a Redis soft lease in front of an engine: the first request for a key takes `SET NX PX` with a random
- * token, and duplicates arriving while it runs get `in_progress` (with the lease's remaining time as
- * `retryAfterMs`) without reserving anything in Postgres. A duplicate with another fingerprint goes on to Postgres,
- * which answers `mismatch`. The lease is never authoritative: before answering `in_progress` the record is checked
- * (`engine.peek`, answered from the replay cache when this process finished the key), so a lease left behind by a
- * process that died after its commit still replays at once, and one left by a process that died before it is
- * taken over by Postgres's reservation. A lost, expired or evicted lease costs a database round trip, never a
- * duplicate.
- *
- * @example
- * const redis = new Redis(process.env.REDIS_URL, { enableOfflineQueue: false })
- * const engine = withSoftLease(createEngine({ store }), { redis, onError: (e) => log.warn(e) })
- */
-export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine {
+type Acquired = { acquired: true } | { acquired: false; fingerprint: string | undefined; pttl: number }
+
+/** The options of {@link withSoftLease}, checked, with their defaults. */
+interface Settings {
+  redis: Redis
+  ttlMs: number
+  timeoutMs: number
+  breakerMs: number
+  retryAfterMs: number
+  prefix: string
+  onRedisError: 'fall-through' | 'fail-closed'
+}
+
+function checkSettings(engine: Engine, options: SoftLeaseOptions): Settings {
   engineOption('engine', engine)
   objectOptions('withSoftLease()', options)
   const { redis } = options
@@ -99,78 +98,72 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
     'fail-closed',
   ])
   optionalFunction('onError', options.onError)
-  const report = (error: unknown) => {
-    try {
-      options.onError?.(error)
-    } catch {
-      // An observer must not change the outcome.
-    }
+  return { redis, ttlMs, timeoutMs, breakerMs, retryAfterMs, prefix, onRedisError }
+}
+
+/** The circuit breaker: after a failure Redis is left alone until `openUntil`; then one request probes it. */
+class Breaker {
+  #openUntil = 0
+  #probing = false
+  readonly #periodMs: number
+  readonly #report: (error: unknown) => void
+
+  constructor(periodMs: number, report: (error: unknown) => void) {
+    this.#periodMs = periodMs
+    this.#report = report
   }
 
-  // The circuit breaker: after a failure Redis is left alone until `openUntil`; then one request probes it.
-  let openUntil = 0
-  let probing = false
-  const fail = (error: unknown) => {
-    if (Date.now() >= openUntil) report(error) // once per failure period, not once per request
-    openUntil = Date.now() + breakerMs
-  }
-  // Connection errors arrive as events too: they open the breaker (without a listener ioredis would print them).
-  redis.on('error', fail)
-
-  /** Resolves when the client is ready, or rejects after `timeoutMs` (shared by every request that waits). */
-  let ready: Promise<void> | undefined
-  function whenReady(): Promise<void> {
-    if (redis.status === 'ready') return Promise.resolve()
-    if (redis.status === 'wait') redis.connect().catch(fail) // created with lazyConnect
-    ready ??= withTimeout(
-      new Promise<void>((resolve, reject) => {
-        const onReady = () => {
-          redis.off('end', onEnd)
-          resolve()
-        }
-        const onEnd = () => {
-          redis.off('ready', onReady)
-          reject(new Error('The Redis connection ended.'))
-        }
-        redis.once('ready', onReady)
-        redis.once('end', onEnd)
-      }),
-      timeoutMs,
-    ).finally(() => {
-      ready = undefined
-    })
-    return ready
+  /** Opens the breaker for a period from now (a listener of its own, so that it may be handed to `redis.on`). */
+  readonly fail = (error: unknown): void => {
+    if (Date.now() >= this.#openUntil) this.#report(error) // once per failure period, not once per request
+    this.#openUntil = Date.now() + this.#periodMs
   }
 
   /** Runs a Redis call through the breaker; undefined when Redis is left alone or failed. */
-  async function call<T>(run: () => Promise<T>): Promise<T | undefined> {
-    if (Date.now() < openUntil) return undefined
-    if (openUntil !== 0) {
-      if (probing) return undefined
-      probing = true
-    }
+  async call<T>(run: () => Promise<T>): Promise<T | undefined> {
+    if (!this.#admits()) return undefined
     try {
-      await whenReady()
-      const result = await withTimeout(run(), timeoutMs)
-      openUntil = 0
+      const result = await run()
+      this.#openUntil = 0
       return result
     } catch (error) {
-      fail(error)
+      this.fail(error)
       return undefined
     } finally {
-      probing = false
+      this.#probing = false
     }
   }
 
-  const leaseKey = (input: ExecuteInput) =>
-    prefix +
-    createHash('sha256')
-      .update(canonicalJson([input.scope, input.operation, input.key]))
-      .digest('hex')
+  /** Whether a call may go to Redis: always while closed, never while open, then one (the probe) at a time. */
+  #admits(): boolean {
+    if (Date.now() < this.#openUntil) return false
+    if (this.#openUntil !== 0) {
+      if (this.#probing) return false
+      this.#probing = true
+    }
+    return true
+  }
+}
 
-  type Acquired = { acquired: true } | { acquired: false; fingerprint: string | undefined; pttl: number }
-  async function acquire(key: string, value: string): Promise<Acquired | undefined> {
-    const reply = (await call(() => redis.eval(ACQUIRE, 1, key, value, ttlMs))) as
+/** The lease keys in Redis: every call waits for a ready client, is timed out and goes through the breaker. */
+class Leases {
+  readonly #redis: Redis
+  readonly #ttlMs: number
+  readonly #timeoutMs: number
+  readonly #breaker: Breaker
+  /** Resolves when the client is ready, or rejects after `timeoutMs` (shared by every request that waits). */
+  #ready: Promise<void> | undefined
+
+  constructor(redis: Redis, ttlMs: number, timeoutMs: number, breaker: Breaker) {
+    this.#redis = redis
+    this.#ttlMs = ttlMs
+    this.#timeoutMs = timeoutMs
+    this.#breaker = breaker
+  }
+
+  /** Takes the lease on `key`, or says who holds it and for how long; undefined when Redis is unavailable. */
+  async acquire(key: string, value: string): Promise<Acquired | undefined> {
+    const reply = (await this.#call(() => this.#redis.eval(ACQUIRE, 1, key, value, this.#ttlMs))) as
       | [number, string | null, number]
       | undefined
     if (!reply) return undefined
@@ -184,36 +177,123 @@ export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine
     return { acquired: false, fingerprint, pttl: reply[2] }
   }
 
+  /** Lets go of the lease `acquire` took with `value`. */
+  async release(key: string, value: string): Promise<void> {
+    await this.#call(() => this.#redis.eval(RELEASE, 1, key, value))
+  }
+
+  #call<T>(run: () => Promise<T>): Promise<T | undefined> {
+    return this.#breaker.call(async () => {
+      await this.#whenReady()
+      return await withTimeout(run(), this.#timeoutMs)
+    })
+  }
+
+  #whenReady(): Promise<void> {
+    const redis = this.#redis
+    if (redis.status === 'ready') return Promise.resolve()
+    if (redis.status === 'wait') redis.connect().catch(this.#breaker.fail) // created with lazyConnect
+    this.#ready ??= withTimeout(
+      new Promise<void>((resolve, reject) => {
+        const onReady = () => {
+          redis.off('end', onEnd)
+          resolve()
+        }
+        const onEnd = () => {
+          redis.off('ready', onReady)
+          reject(new Error('The Redis connection ended.'))
+        }
+        redis.once('ready', onReady)
+        redis.once('end', onEnd)
+      }),
+      this.#timeoutMs,
+    ).finally(() => {
+      this.#ready = undefined
+    })
+    return this.#ready
+  }
+}
+
+const leaseKey = (prefix: string, input: ExecuteInput) =>
+  prefix +
+  createHash('sha256')
+    .update(canonicalJson([input.scope, input.operation, input.key]))
+    .digest('hex')
+
+/**
+ * Puts a Redis soft lease in front of an engine: the first request for a key takes `SET NX PX` with a random
+ * token, and duplicates arriving while it runs get `in_progress` (with the lease's remaining time as
+ * `retryAfterMs`) without reserving anything in Postgres. A duplicate with another fingerprint goes on to Postgres,
+ * which answers `mismatch`. The lease is never authoritative: before answering `in_progress` the record is checked
+ * (`engine.peek`, answered from the replay cache when this process finished the key), so a lease left behind by a
+ * process that died after its commit still replays at once, and one left by a process that died before it is
+ * taken over by Postgres's reservation. A lost, expired or evicted lease costs a database round trip, never a
+ * duplicate.
+ *
+ * @example
+ * const redis = new Redis(process.env.REDIS_URL, { enableOfflineQueue: false })
+ * const engine = withSoftLease(createEngine({ store }), { redis, onError: (e) => log.warn(e) })
+ */
+export function withSoftLease(engine: Engine, options: SoftLeaseOptions): Engine {
+  const { redis, ttlMs, timeoutMs, breakerMs, retryAfterMs, prefix, onRedisError } = checkSettings(
+    engine,
+    options,
+  )
+  const report = (error: unknown) => {
+    try {
+      options.onError?.(error)
+    } catch {
+      // An observer must not change the outcome.
+    }
+  }
+  const breaker = new Breaker(breakerMs, report)
+  // Connection errors arrive as events too: they open the breaker (without a listener ioredis would print them).
+  redis.on('error', breaker.fail)
+  const leases = new Leases(redis, ttlMs, timeoutMs, breaker)
+
+  /** Runs the engine while holding the lease, then lets go of it. */
+  async function executeHolding(input: ExecuteInput, key: string, value: string): Promise<Outcome> {
+    try {
+      return await engine.execute(input)
+    } finally {
+      await leases.release(key, value)
+    }
+  }
+
   async function execute(input: ExecuteInput): Promise<Outcome> {
-    const key = leaseKey(input)
+    const key = leaseKey(prefix, input)
     const value = JSON.stringify({ t: randomUUID(), f: input.fingerprint })
     const waited = boundedWait(input.wait?.timeoutMs)
     for (;;) {
-      const state = await acquire(key, value)
+      const state = await leases.acquire(key, value)
       if (!state) {
         if (onRedisError === 'fail-closed')
           return { kind: 'unavailable', retryAfterMs, error: new Error('Redis is unavailable.') }
         return engine.execute(input)
       }
-      if (state.acquired) {
-        try {
-          return await engine.execute(input)
-        } finally {
-          await call(() => redis.eval(RELEASE, 1, key, value))
-        }
-      }
+      if (state.acquired) return executeHolding(input, key, value)
       // Another fingerprint, or a lease about to lapse: Postgres gives the authoritative answer.
       if (state.fingerprint !== input.fingerprint || state.pttl <= 0) return engine.execute(input)
       if (await waited()) continue
-      // The lease says busy; the record may know better (finished, or nobody holds the key any more).
-      const recorded = await engine.peek(input)
-      if (recorded === null) {
-        if (ttlMs - state.pttl >= STALE_LEASE_AGE_MS) return engine.execute({ ...input, wait: undefined })
-      } else if (recorded.kind !== 'in_progress' && recorded.kind !== 'unavailable') return recorded
-      if (input.wait) return engine.execute({ ...input, wait: undefined })
-      return { kind: 'in_progress', retryAfterMs: state.pttl }
+      return answerBusy(engine, input, state.pttl, ttlMs)
     }
   }
 
   return wrapEngine(engine, { execute })
+}
+
+/** The answer to a duplicate the lease says is busy, once it waited as long as it may. */
+async function answerBusy(
+  engine: Engine,
+  input: ExecuteInput,
+  pttl: number,
+  ttlMs: number,
+): Promise<Outcome> {
+  // The lease says busy; the record may know better (finished, or nobody holds the key any more).
+  const recorded = await engine.peek(input)
+  if (recorded === null) {
+    if (ttlMs - pttl >= STALE_LEASE_AGE_MS) return engine.execute({ ...input, wait: undefined })
+  } else if (recorded.kind !== 'in_progress' && recorded.kind !== 'unavailable') return recorded
+  if (input.wait) return engine.execute({ ...input, wait: undefined })
+  return { kind: 'in_progress', retryAfterMs: pttl }
 }
