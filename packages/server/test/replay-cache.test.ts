@@ -3,8 +3,9 @@
 import type { TestDatabase } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ReplayCache } from '../src/engine/replay-cache.js'
+import { REPLICATION_CHECK_MS, ReplayCache } from '../src/engine/replay-cache.js'
 import { createEngine, type ExecutionContext, postgresStore } from '../src/index.js'
+import { type ReplicationRow, replicationCheck, replicationSafe } from '../src/store/replication.js'
 import { countPayments, engineFor, fingerprintOf, freshKey, setupDatabase, sleep } from './helpers.js'
 
 let db: TestDatabase
@@ -74,6 +75,8 @@ describe('replay cache', () => {
     const reader = engineFor(db.pool).engine
     const key = freshKey()
     await writer.execute(input(key))
+    // The reader's first request also asks the server about its standbys, once (the cache answers only after).
+    await reader.peek(input(freshKey()))
     expect(await checkoutsOf(() => reader.execute(input(key)))).toBe(1)
     expect(await checkoutsOf(() => reader.execute(input(key)))).toBe(0)
   })
@@ -171,6 +174,7 @@ describe('replay cache and the server behind it', () => {
     const id = { scope: 's', operation: 'o', key: 'k' }
     const response = { status: 201, headers: {}, body: Buffer.from('ok') }
     cache.confirm(1, performance.now())
+    cache.replicationChecked(1, true, performance.now())
     cache.set(id, 'f', response, 60_000, performance.now(), Date.now(), 1)
     expect(cache.get(id)).toBeDefined()
     cache.confirm(2, performance.now()) // the standby, promoted: the record may not exist there
@@ -183,9 +187,10 @@ describe('replay cache and the server behind it', () => {
 
 describe('ReplayCache', () => {
   const SERVER = 1_700_000_000.5
-  /** A cache that has just heard from SERVER. */
+  /** A cache that has just heard from SERVER, whose replication was found safe. */
   const confirmed = (cache: ReplayCache) => {
     cache.confirm(SERVER, performance.now())
+    cache.replicationChecked(SERVER, true, performance.now())
     return cache
   }
   const response = (bytes: number) => ({ status: 200, headers: {}, body: Buffer.alloc(bytes) })
@@ -230,4 +235,65 @@ describe('ReplayCache', () => {
     cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now(), SERVER)
     expect(cache.get({ scope: 'a', operation: 'bc', key: 'd' })).toBeUndefined()
   })
+
+  it("answers only once a replication check found the server's commits safe on its standbys, for that server", () => {
+    const cache = new ReplayCache({
+      maxEntries: 10,
+      maxBytes: 1_000_000,
+      maxAgeMs: 60_000,
+      maxUnconfirmedMs: 60_000,
+    })
+    cache.confirm(SERVER, performance.now())
+    expect(cache.replicationCheckDue(performance.now())).toBe(true)
+    cache.set(id('a'), 'f', response(1), 60_000, ...now(), SERVER)
+    expect(cache.get(id('a'))).toBeUndefined() // not checked yet: the database answers
+    cache.replicationChecked(SERVER + 1, true, performance.now())
+    expect(cache.get(id('a'))).toBeUndefined() // a check of another server says nothing of this one
+    expect(cache.replicationCheckDue(performance.now())).toBe(true)
+    cache.replicationChecked(SERVER, true, performance.now())
+    expect(cache.replicationCheckDue(performance.now())).toBe(false)
+    expect(cache.get(id('a'))).toBeDefined()
+    // An asynchronous standby appears: what the cache holds may be lost in a failover, so it is dropped, and
+    // nothing more is kept while the server streams to it.
+    cache.replicationChecked(SERVER, false, performance.now())
+    expect(cache.size).toBe(0)
+    cache.set(id('b'), 'f', response(1), 60_000, ...now(), SERVER)
+    expect(cache.size).toBe(0)
+    // Checked again after REPLICATION_CHECK_MS.
+    expect(cache.replicationCheckDue(performance.now() + REPLICATION_CHECK_MS)).toBe(true)
+  })
+})
+
+describe('replicationSafe', () => {
+  const row = (over: Partial<ReplicationRow>): ReplicationRow => ({
+    server: 1,
+    standbys: 1,
+    unsynchronised: 0,
+    standby_names: 'ANY 1 (standby)',
+    synchronous_commit: 'on',
+    ...over,
+  })
+
+  it('is safe with no standby, whatever the settings', () => {
+    expect(replicationSafe(row({ standbys: 0, standby_names: '', synchronous_commit: 'off' }))).toBe(true)
+  })
+
+  it('is safe when commits wait for synchronous standbys and none streams asynchronously', () => {
+    expect(replicationSafe(row({}))).toBe(true)
+    expect(replicationSafe(row({ synchronous_commit: 'remote_apply' }))).toBe(true)
+  })
+
+  it('is unsafe with a standby commits do not wait for', () => {
+    expect(replicationSafe(row({ standby_names: '' }))).toBe(false) // asynchronous replication
+    expect(replicationSafe(row({ synchronous_commit: 'local' }))).toBe(false)
+    expect(replicationSafe(row({ synchronous_commit: 'off' }))).toBe(false)
+    expect(replicationSafe(row({ standbys: 2, unsynchronised: 1 }))).toBe(false) // one sync, one async or potential
+  })
+})
+
+it('the replication check runs on Postgres and finds this server safe (it streams to no standby)', async () => {
+  const { rows } = await db.pool.query<ReplicationRow>(replicationCheck.text)
+  expect(rows[0]).toMatchObject({ standbys: 0, unsynchronised: 0 })
+  expect(typeof rows[0]!.server).toBe('number')
+  expect(replicationSafe(rows[0]!)).toBe(true)
 })

@@ -16,6 +16,7 @@ import type { FaultOptions } from './faults.js'
 import { checkInput, checkRecordId, type ResolvedOptions, resolveOptions } from './options.js'
 import { reaper } from './reaper.js'
 import { ReplayCache } from './replay-cache.js'
+import { ReplicationCheck } from './replication-check.js'
 import { Durations, MIN_RETRY_AFTER_MS } from './retry-after.js'
 import type { Engine, EngineOptions, ExecuteInput, KeyId, Outcome } from './types.js'
 import { boundedWait } from './wait.js'
@@ -86,6 +87,7 @@ class Keys<Tx> {
   readonly #protocol: ReservationProtocol<Claim<Tx>>
   readonly #failingOpen: FailOpenReservation<Tx>
   readonly #environment: AttemptEnvironment<Tx>
+  readonly #replication: ReplicationCheck | undefined
 
   constructor(
     config: ResolvedOptions,
@@ -99,6 +101,7 @@ class Keys<Tx> {
     const observe = cache ? (server: number, sentAt: number) => cache.confirm(server, sentAt) : undefined
     const durations = new Durations()
     this.cache = cache
+    this.#replication = cache ? new ReplicationCheck(cache, database) : undefined
     this.answers = new Answers(config.unavailableRetryAfterMs, database, cache, durations, events)
     this.#config = config
     this.#protocol =
@@ -121,7 +124,7 @@ class Keys<Tx> {
     const { leaseMs, retentionMs } = checkInput(input, this.#config)
     const id: KeyId = { scope: input.scope, operation: input.operation, key: input.key }
     const { fingerprint } = input
-    const cached = this.cache?.get(id)
+    const cached = this.#cached(id)
     if (cached)
       return this.answers.answerInspection(id, fingerprint, { kind: 'cached', record: cached }, NOW)!
     const request: ReserveRequest = {
@@ -159,6 +162,13 @@ class Keys<Tx> {
     }
   }
 
+  /** The replay cache's entry for `id`, if it may answer (its check of the server's replication kept current). */
+  #cached(id: KeyId): ReturnType<ReplayCache['get']> {
+    if (!this.cache) return undefined
+    this.#replication!.refresh()
+    return this.cache.get(id)
+  }
+
   /** Runs the handler without a key record, when the store failed and the input allows it (`failOpen`). */
   async #failOpen(input: ExecuteInput<Tx>, request: ReserveRequest): Promise<Outcome> {
     let reservation: Awaited<ReturnType<FailOpenReservation<Tx>['reserve']>>
@@ -184,7 +194,7 @@ class Keys<Tx> {
   ): Promise<Outcome | null> {
     const id = checkRecordId(input)
     const { fingerprint } = input
-    const cached = this.cache?.get(id)
+    const cached = this.#cached(id)
     if (cached) return this.answers.answerInspection(id, fingerprint, { kind: 'cached', record: cached }, NOW)
     const sent = sentNow()
     const request: ReserveRequest = {

@@ -16,15 +16,21 @@ export interface ReplayCacheOptions {
   maxAgeMs?: number
   /**
    * How long after the store last confirmed which server it is an entry may answer. A finished record can vanish
-   * with the database's own past: a failover to a standby that missed its commit (asynchronous replication), a
-   * restore. Every statement of the engine's tells the server it reached (when its postmaster started); another
-   * server empties the cache, and without a confirmation this recent (an idle instance, whose connections a pooler
-   * kept open across the failover) the next request asks the database, which confirms again. So an entry written
-   * before a failover answers at most this long after the last statement that reached the old server.
+   * with the database's own past: a restore, or a failover to a standby that missed its commit (which the cache
+   * rules out by answering only while the server streams to no asynchronous standby). Every statement of the
+   * engine's tells the server it reached (when its postmaster started); another server empties the cache, and
+   * without a confirmation this recent (an idle instance, whose connections a pooler kept open) the next request
+   * asks the database, which confirms again.
    * @default 1_000
    */
   maxUnconfirmedMs?: number
 }
+
+/**
+ * How often the engine asks the server whether it streams to a standby that could lose an acknowledged commit in a
+ * failover (see {@link ReplayCache.replicationChecked}); and at once after it reaches another server.
+ */
+export const REPLICATION_CHECK_MS = 10_000
 
 interface Entry {
   key: string
@@ -67,6 +73,15 @@ export class ReplayCache {
   /** The server the entries came from, and when (before which statement) it last confirmed it is still that one. */
   #server: number | undefined
   #confirmedAt = Number.NEGATIVE_INFINITY
+  /**
+   * What the last replication check found, and on which server. Entries answer only while it found that every
+   * commit this server acknowledged is on each standby it streams to (or that it streams to none): under
+   * asynchronous replication a failover loses the commits the standby had not received, and an entry of one of them
+   * would replay a payment the database no longer has, for up to `maxUnconfirmedMs` after the last statement that
+   * reached the old server (continuous traffic confirms the old server until the moment it is gone). No bound on
+   * time can close that window; refusing to answer while a standby may lag does.
+   */
+  #replication: { server: number; safe: boolean; checkedAt: number } | undefined
 
   constructor(bounds: Required<ReplayCacheOptions>) {
     this.#maxEntries = bounds.maxEntries
@@ -87,6 +102,30 @@ export class ReplayCache {
     } else if (sentAt > this.#confirmedAt) this.#confirmedAt = sentAt
   }
 
+  /** Whether the engine should check the server's replication: never checked, checked on another server, or stale. */
+  replicationCheckDue(now: number): boolean {
+    const last = this.#replication
+    return (
+      last === undefined ||
+      (this.#server !== undefined && last.server !== this.#server) ||
+      now - last.checkedAt >= REPLICATION_CHECK_MS
+    )
+  }
+
+  /**
+   * What a replication check sent at `sentAt` found on `server`: `safe` when no acknowledged commit can be missing
+   * from a standby it streams to. An unsafe server empties the cache and keeps it from filling.
+   */
+  replicationChecked(server: number, safe: boolean, sentAt: number): void {
+    this.#replication = { server, safe, checkedAt: sentAt }
+    if (!safe) this.clear()
+  }
+
+  /** Whether an entry may answer now: the replication of the entries' server was checked and found safe. */
+  get #replicationSafe(): boolean {
+    return this.#replication?.safe === true && this.#replication.server === this.#server
+  }
+
   /** The number of entries held (expired ones included until touched or evicted). */
   get size(): number {
     return this.#entries.size
@@ -95,7 +134,7 @@ export class ReplayCache {
   /** The finished record, or undefined when unknown or (conservatively) expired. */
   get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
     const entry = this.#entries.get(idOf(id))
-    if (!entry) return undefined
+    if (!entry || !this.#replicationSafe) return undefined
     // Not confirmed lately: the database answers (and confirms); the entry stays for when it has.
     if (performance.now() - this.#confirmedAt > this.#maxUnconfirmedMs) return undefined
     if (performance.now() >= entry.monotonicDeadline || Date.now() >= entry.wallDeadline) {
@@ -122,6 +161,8 @@ export class ReplayCache {
     server: number,
   ): void {
     if (!(expiresInMs > 0) || server !== this.#server) return
+    // Known unsafe: nothing is kept (entries written while the check is in flight wait for its answer in get()).
+    if (this.#replication?.server === server && !this.#replication.safe) return
     const key = idOf(id)
     let bytes = key.length + fingerprint.length + response.body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)

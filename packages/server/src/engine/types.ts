@@ -238,10 +238,12 @@ export interface EngineOptions<Tx = pg.PoolClient> {
    * measured by the database and counted from before the statement was sent, minus 0.1% for clock drift). A record
    * deleted with `engine.forget()` leaves this process's cache at once; one deleted or edited by hand (or forgotten
    * through another instance) is answered from an entry for at most `maxAgeMs`. A failover to a standby that missed
-   * commits (asynchronous replication), or a restore, can lose a finished record: every engine statement tells
-   * which server it reached, another server empties the cache, and an entry answers only within
-   * `maxUnconfirmedMs` of the last statement that reached its server (so an idle instance behind a pooler, whose
-   * connections survived the failover, asks the database first).
+   * commits (asynchronous replication), or a restore, can lose a finished record. So the cache answers only while
+   * the server says no commit it acknowledged can be missing on a standby: it streams to none, or its commits wait
+   * for synchronous standbys (checked when the engine reaches a server, and every 10 s); with an asynchronous
+   * standby it stays empty and says so once on `console.warn`. And every engine statement tells which server it
+   * reached: another server (a restore, a restart) empties the cache, and an entry answers only within
+   * `maxUnconfirmedMs` of the last statement that reached its server.
    * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000, maxUnconfirmedMs: 1_000 }
    * @example
    * createEngine({ store, replayCache: { maxEntries: 50_000, maxBytes: 64 * 1024 * 1024, maxAgeMs: 10_000 } })
