@@ -5,7 +5,8 @@
 // holder that stopped while alive. Nothing is written for the key until the commit, except by a recovery point.
 import { randomUUID } from 'node:crypto'
 import type { StoredResponse } from '../engine/types.js'
-import { type Database, firstRow, type Session } from './database.js'
+import { firstRow, type Session } from './database.js'
+import { KeyRecords } from './key-records.js'
 import * as lq from './lock-queries.js'
 import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
@@ -14,13 +15,10 @@ import {
   type Exec,
   type Inspection,
   inspectionOf,
-  onNewSession,
   type Reservation,
   type ReservationProtocol,
   type ReserveRequest,
-  rollBackAside,
   type ServerObserver,
-  saveOn,
 } from './reservation.js'
 
 export interface LockClaim<Tx = unknown> extends Claim<Tx> {
@@ -38,7 +36,7 @@ export function lockReservation<Tx>(
   return new LockReservation(store, fenced, observe)
 }
 
-/** What {@link LockReservation.lockAndLookup} found: whether it got the lock, the key's row, the server. */
+/** What the lock and the lookup found: whether it got the lock, the key's row, the server. */
 interface Found {
   locked: boolean
   row: lq.LockedLookupRow | undefined
@@ -46,26 +44,15 @@ interface Found {
 }
 
 class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
-  readonly #database: Database<Tx>
-  readonly #names: ResolvedStore<Tx>['names']
-  readonly #fenced: boolean
-  readonly #observe: ServerObserver
+  readonly #keys: KeyRecords<Tx>
   readonly #sql: lq.LockStatements
-  readonly #keySql: q.KeyStatements
+  /** Names the table's primary key, whose violation fences a finish out (see lq.isFinishConflict). */
+  readonly #names: ResolvedStore<Tx>['names']
 
   constructor(store: ResolvedStore<Tx>, fenced: boolean, observe: ServerObserver) {
-    this.#database = store.database
-    this.#names = store.names
-    this.#fenced = fenced
-    this.#observe = observe
+    this.#keys = new KeyRecords(store, fenced, observe)
     this.#sql = lq.lockStatements(store.names, fenced)
-    this.#keySql = q.keyStatements(store.names)
-  }
-
-  // The lease guard is a fence too: the unfenced engine goes without it, and so does one connection, where no other
-  // attempt can take the key over while the transaction is open.
-  #guardMs(request: ReserveRequest): number {
-    return this.#fenced && !this.#database.oneConnection ? request.leaseMs : 0
+    this.#names = store.names
   }
 
   /**
@@ -76,13 +63,13 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
     const sentAt = performance.now()
     const results = await session.run([
       'BEGIN',
-      this.#sql.lock(request.id, this.#guardMs(request)),
+      this.#sql.lock(request.id, this.#keys.guardMs(request)),
       this.#sql.lockedLookup(request.id),
     ])
     const row = firstRow<lq.LockedLookupRow>(results[2])
     const lock = firstRow<lq.Locked>(results[1])
     const server = lock?.server ?? 0
-    if (lock) this.#observe(server, sentAt)
+    if (lock) this.#keys.observe(server, sentAt)
     if (row) row.server = server
     return { locked: lock?.locked === true, row, server }
   }
@@ -108,22 +95,21 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   }
 
   async reserve(request: ReserveRequest): Promise<Reservation<LockClaim<Tx>>> {
-    const session = await this.#database.session()
-    const { found, state } = await onNewSession(session, async () => {
+    const { session, found, state } = await this.#keys.reserving(async (session) => {
       const found = await this.#lockAndLookup(session, request)
       const holderMs = () => this.#holderMs(session, request)
-      return { found, state: await answer(found.locked, found.row, request.fingerprint, holderMs) }
+      return { session, found, state: await answer(found.locked, found.row, request.fingerprint, holderMs) }
     })
     if (state.kind === 'free') return { kind: 'claimed', claim: claimOf(request, session, found) }
     // Not ours to run: end the transaction without making the answer wait.
-    rollBackAside(session)
+    this.#keys.endAside(session)
     return state
   }
 
   async inspect(request: ReserveRequest, on: Exec): Promise<Inspection> {
     const sentAt = performance.now()
     const found = firstRow<lq.InspectedLock>(await on(this.#sql.inspect(request.id)))
-    if (found) this.#observe(found.server as number, sentAt)
+    if (found) this.#keys.observe(found.server as number, sentAt)
     const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
     return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
   }
@@ -151,16 +137,14 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   async release(claim: LockClaim<Tx>, on: Exec): Promise<void> {
     // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
     // the token) so the next attempt need not wait out its lease.
-    if (claim.token !== undefined) await on(this.#keySql.release(claim.request.id, claim.token))
+    if (claim.token !== undefined) await this.#keys.release(claim.request, claim.token, on)
   }
 
   async renew(claim: LockClaim<Tx>): Promise<boolean> {
     // Until its first recovery point the attempt holds the key by its lock alone, which lives as long as its
     // transaction: nothing to renew.
     if (claim.token === undefined) return true
-    const { request } = claim
-    const renewal = this.#keySql.renew(request.id, claim.token, request.leaseMs)
-    return (await this.#database.side(renewal)).rowCount === 1
+    return this.#keys.renew(claim.request, claim.token)
   }
 
   async saveRecoveryPoint(claim: LockClaim<Tx>, point: string, tx?: unknown): Promise<boolean> {
@@ -175,7 +159,7 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
       requestHeaders: claim.request.requestHeaders,
       seen: claim.seen,
     })
-    return saveOn(this.#database, save, tx)
+    return this.#keys.save(save, tx)
   }
 }
 

@@ -3,7 +3,7 @@
 // classification, size checks, events, the replay cache, the bounded wait); a protocol owns only the SQL of
 // claiming, finishing, failing and releasing a key.
 import type { StoredResponse } from '../engine/types.js'
-import type { Database, Rows, Session, Statement } from './database.js'
+import type { Rows, Session, Statement } from './database.js'
 import type { LookupRow, RecordId } from './queries.js'
 
 /**
@@ -130,37 +130,4 @@ export function inspectionOf(row: LookupRow | undefined, fingerprint: string): I
     }
   }
   return { kind: state }
-}
-
-/**
- * Runs the first round trips of a reservation on the `session` it just connected; when they fail, the session goes
- * back to the pool with the error (so a broken connection is not reused) and the failure rejects the reservation.
- */
-export async function onNewSession<Tx, T>(session: Session<Tx>, reserving: () => Promise<T>): Promise<T> {
-  try {
-    return await reserving()
-  } catch (error) {
-    session.release(error as Error)
-    throw error
-  }
-}
-
-/**
- * Ends the transaction a reservation that claimed nothing began, and gives the session back, without making the
- * answer wait for it.
- */
-export function rollBackAside<Tx>(session: Session<Tx>): void {
-  void session.run(['ROLLBACK']).then(
-    () => session.release(),
-    (error) => session.release(error as Error),
-  )
-}
-
-/**
- * Sends a recovery point's statement: committed at once on the side lane, or on `tx` (the caller's transaction) to
- * commit with it. True when it wrote the key's row, false when fenced out.
- */
-export async function saveOn<Tx>(database: Database<Tx>, save: Statement, tx: unknown): Promise<boolean> {
-  const saved = tx === undefined ? await database.side(save) : await database.execute(tx as Tx, save)
-  return saved.rowCount === 1
 }

@@ -4,25 +4,14 @@
 // over once the lease ran out; the fence keeps the earlier one from committing after.
 import { randomUUID } from 'node:crypto'
 import type { StoredResponse } from '../engine/types.js'
-import { type Database, firstRow, type Session } from './database.js'
+import { firstRow, type Session } from './database.js'
+import { KeyRecords } from './key-records.js'
 import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
-import {
-  type Claim,
-  type Exec,
-  type Inspection,
-  inspectionOf,
-  onNewSession,
-  type Reservation,
-  type ReservationProtocol,
-  type ReserveRequest,
-  rollBackAside,
-  type ServerObserver,
-  saveOn,
-} from './reservation.js'
+import * as r from './reservation.js'
 import * as rq from './row-queries.js'
 
-export interface RowClaim<Tx = unknown> extends Claim<Tx> {
+export interface RowClaim<Tx = unknown> extends r.Claim<Tx> {
   /** The lock token the completion, the release and recovery points are fenced on. */
   readonly token: string
 }
@@ -30,49 +19,40 @@ export interface RowClaim<Tx = unknown> extends Claim<Tx> {
 export function rowReservation<Tx>(
   store: ResolvedStore<Tx>,
   fenced: boolean,
-  observe: ServerObserver = () => {},
-): ReservationProtocol<RowClaim<Tx>> {
+  observe: r.ServerObserver = () => {},
+): r.ReservationProtocol<RowClaim<Tx>> {
   return new RowReservation(store, fenced, observe)
 }
 
-class RowReservation<Tx> implements ReservationProtocol<RowClaim<Tx>> {
-  readonly #database: Database<Tx>
-  readonly #fenced: boolean
-  readonly #observe: ServerObserver
+class RowReservation<Tx> implements r.ReservationProtocol<RowClaim<Tx>> {
+  readonly #keys: KeyRecords<Tx>
   readonly #sql: rq.RowStatements
-  readonly #keySql: q.KeyStatements
 
-  constructor(store: ResolvedStore<Tx>, fenced: boolean, observe: ServerObserver) {
-    this.#database = store.database
-    this.#fenced = fenced
-    this.#observe = observe
+  constructor(store: ResolvedStore<Tx>, fenced: boolean, observe: r.ServerObserver) {
+    this.#keys = new KeyRecords(store, fenced, observe)
     this.#sql = rq.rowStatements(store.names, fenced)
-    this.#keySql = q.keyStatements(store.names)
   }
 
-  async reserve(request: ReserveRequest): Promise<Reservation<RowClaim<Tx>>> {
+  async reserve(request: r.ReserveRequest): Promise<r.Reservation<RowClaim<Tx>>> {
     const token = randomUUID()
     const sentAt = performance.now()
-    const session = await this.#database.session()
-    const sent = await onNewSession(session, () => this.#reserveOn(session, request, token, sentAt))
+    const sent = await this.#keys.reserving((session) => this.#reserveOn(session, request, token, sentAt))
     if ('claim' in sent) return { kind: 'claimed', claim: sent.claim }
     // The message began the business transaction: end it without making the answer wait.
-    rollBackAside(session)
-    const found = inspectionOf(sent.row, request.fingerprint)
+    this.#keys.endAside(sent.session)
+    const found = r.inspectionOf(sent.row, request.fingerprint)
     // Not reserved, yet free: the row changed between the statement's snapshot and its conflict check.
     return found.kind === 'free' ? { kind: 'raced' } : found
   }
 
-  /** Sends the reservation on `session`: the claim, or the key's row when it was not reserved. */
+  /** Sends the reservation on `session`: the claim, or the key's row when it was not reserved (and the session). */
   async #reserveOn(
     session: Session<Tx>,
-    request: ReserveRequest,
+    request: r.ReserveRequest,
     token: string,
     sentAt: number,
-  ): Promise<{ claim: RowClaim<Tx> } | { row: q.LookupRow | undefined }> {
-    // No lease guard on one connection: no other attempt can take the key over while the transaction is open.
-    const guarded = this.#fenced && !this.#database.oneConnection
-    const args = { ...request, token, leaseGuardMs: guarded ? request.leaseMs : 0 }
+  ): Promise<{ claim: RowClaim<Tx> } | { row: q.LookupRow | undefined; session: Session<Tx> }> {
+    const args = { ...request, token, leaseGuardMs: this.#keys.guardMs(request) }
     // The reservation commits in a transaction of its own (with synchronous_commit off, see rq.reserve); the
     // business transaction begins after it, in the same message, guarded by the lease. Past a failed reservation
     // nothing of it runs.
@@ -84,21 +64,21 @@ class RowReservation<Tx> implements ReservationProtocol<RowClaim<Tx>> {
       rq.guard(args.leaseGuardMs),
     ])
     const reserved = firstRow<rq.ReserveRow>(results[1])
-    if (reserved) this.#observe(reserved.server as number, sentAt)
+    if (reserved) this.#keys.observe(reserved.server as number, sentAt)
     if (reserved?.reserved) return { claim: claimOf(request, session, token, reserved) }
     // The snapshot can miss a row committed a moment ago that the INSERT then conflicted with: re-read it.
     const row =
       reserved?.status === null
-        ? firstRow<q.LookupRow>((await session.run([this.#keySql.lookup(request.id)]))[0])
+        ? firstRow<q.LookupRow>((await session.run([this.#keys.sql.lookup(request.id)]))[0])
         : (reserved as q.LookupRow | undefined)
-    return { row }
+    return { row, session }
   }
 
-  async inspect(request: ReserveRequest, on: Exec): Promise<Inspection> {
+  async inspect(request: r.ReserveRequest, on: r.Exec): Promise<r.Inspection> {
     const sentAt = performance.now()
-    const row = firstRow<q.LookupRow>(await on(this.#keySql.lookup(request.id)))
-    if (row) this.#observe(row.server, sentAt)
-    return inspectionOf(row, request.fingerprint)
+    const row = firstRow<q.LookupRow>(await on(this.#keys.sql.lookup(request.id)))
+    if (row) this.#keys.observe(row.server, sentAt)
+    return r.inspectionOf(row, request.fingerprint)
   }
 
   async complete(
@@ -115,23 +95,22 @@ class RowReservation<Tx> implements ReservationProtocol<RowClaim<Tx>> {
     return completed(claim.session.run([this.#sql.complete(claim.request.id, args)]))
   }
 
-  async release(claim: RowClaim<Tx>, on: Exec): Promise<void> {
-    await on(this.#keySql.release(claim.request.id, claim.token))
+  async release(claim: RowClaim<Tx>, on: r.Exec): Promise<void> {
+    await this.#keys.release(claim.request, claim.token, on)
   }
 
   async saveRecoveryPoint(claim: RowClaim<Tx>, point: string, tx?: unknown): Promise<boolean> {
-    return saveOn(this.#database, this.#keySql.saveRecoveryPoint(claim.request.id, claim.token, point), tx)
+    return this.#keys.save(this.#keys.sql.saveRecoveryPoint(claim.request.id, claim.token, point), tx)
   }
 
   async renew(claim: RowClaim<Tx>): Promise<boolean> {
-    const { request, token } = claim
-    return (await this.#database.side(this.#keySql.renew(request.id, token, request.leaseMs))).rowCount === 1
+    return this.#keys.renew(claim.request, claim.token)
   }
 }
 
 /** The claim of a reservation that reserved the key. */
 function claimOf<Tx>(
-  request: ReserveRequest,
+  request: r.ReserveRequest,
   session: Session<Tx>,
   token: string,
   reserved: rq.ReserveRow,
