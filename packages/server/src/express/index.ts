@@ -6,14 +6,13 @@ import { standaloneAdapter } from '../http/adapter.js'
 import { type Answer, nodeResponseWriter } from '../http/answer.js'
 import { PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
-import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
+import { nodeAdmission, sendRefusal } from '../http/node.js'
 import { NodeResponseHold } from '../http/node-hold.js'
 import {
   type IdempotencyRouteOptions,
   routeArguments,
   type StandaloneAdapterOptions,
 } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/express'
 
@@ -109,13 +108,16 @@ export function idempotency<Tx = pg.PoolClient>(
   options: ExpressIdempotencyOptions<Tx>,
 ): ExpressIdempotent<Tx> {
   const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
+  const admit = nodeAdmission(policy, log, {
+    consumed: `idempotent() reads and parses the JSON body itself: mount body parsers such as express.json() after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
+    misplaced: `idempotent() ran outside a route (app.use?), so it cannot name the operation. Use it on a route, \`app.post('/v1/payments', idempotent(handler))\`, or give \`operation\`.`,
+  })
 
   function idempotent(
     optionsOrHandler: IdempotencyRouteOptions | ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
     maybeHandler?: ExpressIdempotentHandler<ExecutionContext<Tx> | null>,
   ): RequestHandler {
     const { handler, route } = routeArguments(optionsOrHandler, maybeHandler)
-    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     async function idempotentRoute(req: Request, res: Response, next: NextFunction): Promise<void> {
       const request = req as ExpressIdempotentRequest<ExecutionContext<Tx> | null>
@@ -127,37 +129,25 @@ export function idempotency<Tx = pg.PoolClient>(
       const answer = (value: Answer) => {
         if (!value.own) res.end(held.replace(value))
       }
-      if (isSafeMethod(req.method)) return answer(policy.safeMethod(req.method, where(), log))
-      const header = (name: string) => req.headers[name]
-      const read = await readNodeJson(req, header, limit, () =>
-        policy.bodyConsumed(
-          where(),
-          `idempotent() reads and parses the JSON body itself: mount body parsers such as express.json() after the idempotent routes (\`app.use(express.json())\` below them) or only on the routes that need them (\`app.post('/other', express.json(), handler)\`).`,
-          log,
-        ),
-      )
+      const admitted = await admit(route, {
+        raw: req,
+        method: req.method,
+        target: req.originalUrl,
+        template,
+        where,
+        received: (body) => {
+          req.body = body
+        },
+      })
       // Refused before the body is read to its end: the answer must reach a client still sending it.
-      if (!read.ok) return 'refusal' in read ? sendRefusal(req, res, read.refusal) : answer(read.answer)
-      const { body } = read
-      req.body = body
-      if (template === undefined && route.operation === undefined) {
-        return answer(
-          policy.misplaced(
-            where(),
-            `idempotent() ran outside a route (app.use?), so it cannot name the operation. Use it on a route, \`app.post('/v1/payments', idempotent(handler))\`, or give \`operation\`.`,
-            log,
-          ),
-        )
+      if (!admitted.ok) {
+        return 'refusal' in admitted ? sendRefusal(req, res, admitted.refusal) : answer(admitted.answer)
       }
 
       let verdict: Verdict | undefined
       try {
         verdict = await core.handle(route, {
-          method: req.method,
-          route: template ?? (route.operation as string),
-          ...nodeTarget(req.originalUrl),
-          header,
-          body,
+          ...admitted.exchange,
           tenant: () => tenant(req),
           log,
           held,

@@ -3,12 +3,16 @@ import { Readable } from 'node:stream'
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web'
 import type { ProblemDetails } from '@oncely/protocol'
 import { problemAnswer, type ReplacingAnswer } from './answer.js'
-import { bodyOf, earlyRefusal } from './policy.js'
+import type { Exchange } from './core.js'
+import type { AdapterLogger, ResolvedRoute } from './options.js'
+import { bodyOf, earlyRefusal, type RequestPolicy } from './policy.js'
 import { type ChunkSource, refuse } from './refusal.js'
 import {
   announcesBody,
+  DEFAULT_MAX_BODY_BYTES,
   decodePath,
   type HeaderReader,
+  isSafeMethod,
   payloadTooLarge,
   targetPath,
   targetQuery,
@@ -111,4 +115,56 @@ export async function readNodeJson(
 /** A Node request target (`req.originalUrl`) as the core reads it: the decoded path, and the query when asked. */
 export function nodeTarget(target: string): { path: string; query: () => Record<string, unknown> } {
   return { path: decodePath(targetPath(target)), query: () => targetQuery(target) }
+}
+
+/** What a Node framework (Express, Koa) tells {@link nodeAdmission} of one request on an idempotent route. */
+export interface NodeRequest {
+  /** Node's request, whose body is read. */
+  raw: IncomingMessage
+  /** Upper-case. */
+  method: string
+  /** The request target as the router saw it (`originalUrl`). */
+  target: string
+  /** The route template the router matched, if it names one. */
+  template: string | undefined
+  /** Names the route in the log, such as `POST /v1/payments`. */
+  where: () => string
+  /** Puts the parsed body where the framework's handlers read it, before the core runs. */
+  received: (body: unknown) => void
+}
+
+/** The part of an exchange a Node request gives (see `Exchange`), once admitted. */
+export type NodeExchange = Pick<Exchange, 'method' | 'route' | 'path' | 'query' | 'header' | 'body'>
+
+/** A Node request as the policy admits it, for the core, or refused (see {@link NodeBody}). */
+export type NodeAdmission = { ok: true; exchange: NodeExchange } | Exclude<NodeBody, { ok: true }>
+
+/**
+ * What the policy of every adapter admits of a request, for an adapter that serves Node's requests from a route's
+ * handler or middleware (Express, Koa): a safe method is refused, the body read and parsed strictly (see
+ * {@link readNodeJson}), and a route that names no template and no `operation` refused as misplaced. `fixes` says
+ * in the adapter's terms how to mount a body parser that read the body first, and how to name the operation.
+ */
+export function nodeAdmission(
+  policy: RequestPolicy,
+  log: AdapterLogger,
+  fixes: { consumed: string; misplaced: string },
+): (route: ResolvedRoute, request: NodeRequest) => Promise<NodeAdmission> {
+  return async (route, request) => {
+    const { method, template, where } = request
+    if (isSafeMethod(method)) return { ok: false, answer: policy.safeMethod(method, where(), log) }
+    const header: HeaderReader = (name) => request.raw.headers[name]
+    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+    const read = await readNodeJson(request.raw, header, limit, () =>
+      policy.bodyConsumed(where(), fixes.consumed, log),
+    )
+    if (!read.ok) return read
+    const { body } = read
+    request.received(body)
+    if (template === undefined && route.operation === undefined) {
+      return { ok: false, answer: policy.misplaced(where(), fixes.misplaced, log) }
+    }
+    const exchange = { method, route: template ?? (route.operation as string), header, body }
+    return { ok: true, exchange: { ...exchange, ...nodeTarget(request.target) } }
+  }
 }

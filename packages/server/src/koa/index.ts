@@ -6,9 +6,8 @@ import { standaloneAdapter } from '../http/adapter.js'
 import type { Answer, ResponseWriter } from '../http/answer.js'
 import { PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
-import { nodeTarget, readNodeJson, sendRefusal } from '../http/node.js'
+import { nodeAdmission, sendRefusal } from '../http/node.js'
 import { type IdempotencyRouteOptions, resolveRoute, type StandaloneAdapterOptions } from '../http/options.js'
-import { DEFAULT_MAX_BODY_BYTES, isSafeMethod } from '../http/request.js'
 
 const ADAPTER = '@oncely/server/koa'
 // Statuses Koa sends without a body (its `statuses.empty`).
@@ -119,6 +118,11 @@ function sendBytes(ctx: Context, bytes: Buffer): void {
  */
 export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<Tx>): KoaIdempotent<Tx> {
   const { tenant, log, core, policy } = standaloneAdapter(options, ADAPTER)
+  const admit = nodeAdmission(policy, log, {
+    consumed:
+      'idempotent() reads and parses the JSON body itself: mount the body parser only on the routes that are not idempotent (`router.post(path, bodyParser(), handler)`), not with `app.use()` in front of them.',
+    misplaced: `idempotent() ran outside a route of @koa/router (app.use?), so it cannot name the operation. Use it on a route, \`router.post('/v1/payments', idempotent(), handler)\`, or give \`operation\`.`,
+  })
 
   function idempotent(
     routeOptions?: IdempotencyRouteOptions,
@@ -129,7 +133,6 @@ export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<T
       )
     }
     const route = resolveRoute(routeOptions, { of: '`idempotent()`' })
-    const limit = route.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
 
     return async function idempotentMiddleware(
       ctx: ParameterizedContext<KoaIdempotencyState<ExecutionContext<Tx> | null>>,
@@ -145,42 +148,28 @@ export function idempotency<Tx = pg.PoolClient>(options: KoaIdempotencyOptions<T
         if (value.own) return
         sendBytes(ctx as unknown as Context, held.replace(value))
       }
-      if (isSafeMethod(ctx.method)) return answer(policy.safeMethod(ctx.method, where(), log))
-      const header = (name: string) => ctx.req.headers[name]
-      const read = await readNodeJson(ctx.req, header, limit, () =>
-        policy.bodyConsumed(
-          where(),
-          'idempotent() reads and parses the JSON body itself: mount the body parser only on the routes that are not idempotent (`router.post(path, bodyParser(), handler)`), not with `app.use()` in front of them.',
-          log,
-        ),
-      )
-      if (!read.ok) {
-        if ('answer' in read) return answer(read.answer)
+      const admitted = await admit(route, {
+        raw: ctx.req,
+        method: ctx.method,
+        target: ctx.originalUrl,
+        template,
+        where,
+        received: (body) => {
+          ctx.state.body = body
+          ;(ctx.request as { body?: unknown }).body = body
+        },
+      })
+      if (!admitted.ok) {
+        if ('answer' in admitted) return answer(admitted.answer)
         // Refused before the body is read to its end: the answer goes out now and the rest is discarded.
         ctx.respond = false
-        return sendRefusal(ctx.req, ctx.res, read.refusal)
-      }
-      const { body } = read
-      ctx.state.body = body
-      ;(ctx.request as { body?: unknown }).body = body
-      if (template === undefined && route.operation === undefined) {
-        return answer(
-          policy.misplaced(
-            where(),
-            `idempotent() ran outside a route of @koa/router (app.use?), so it cannot name the operation. Use it on a route, \`router.post('/v1/payments', idempotent(), handler)\`, or give \`operation\`.`,
-            log,
-          ),
-        )
+        return sendRefusal(ctx.req, ctx.res, admitted.refusal)
       }
 
       let verdict: Verdict
       try {
         verdict = await core.handle(route, {
-          method: ctx.method,
-          route: template ?? (route.operation as string),
-          ...nodeTarget(ctx.originalUrl),
-          header,
-          body,
+          ...admitted.exchange,
           tenant: () => tenant(ctx as unknown as Context),
           log,
           run: (execution) =>

@@ -77,12 +77,14 @@ const ROW_BUCKETS = [0, 1, 10, 100, 1_000, 10_000, 100_000]
 function createInstruments(meter: Meter): ServerInstruments {
   const seconds = (name: string, description: string, buckets = DURATION_BUCKETS) =>
     meter.createHistogram(name, { description, unit: 's', advice: { explicitBucketBoundaries: buckets } })
+  const count = (name: string, unit: string, description: string) =>
+    meter.createCounter(name, { description, unit })
   return {
-    requests: meter.createCounter('oncely.server.requests', {
-      description:
-        'Idempotent requests (engine executions) by outcome: executed, replayed, mismatch, in_progress, fenced_out, unavailable, failed_retryable, failed_permanent.',
-      unit: '{request}',
-    }),
+    requests: count(
+      'oncely.server.requests',
+      '{request}',
+      'Idempotent requests (engine executions) by outcome: executed, replayed, mismatch, in_progress, fenced_out, unavailable, failed_retryable, failed_permanent.',
+    ),
     requestDuration: seconds(
       'oncely.server.request.duration',
       'Time from the start of an idempotent execution to its outcome, handler and commit included.',
@@ -91,30 +93,31 @@ function createInstruments(meter: Meter): ServerInstruments {
       'oncely.server.duplicate.wait.duration',
       'Time a request that asked to wait for an attempt in flight (`wait`) spent before its answer, when it did not run the handler itself.',
     ),
-    takeovers: meter.createCounter('oncely.server.takeovers', {
-      description: "Attempts that took over a key whose earlier attempt's lease ran out.",
-      unit: '{takeover}',
-    }),
+    takeovers: count(
+      'oncely.server.takeovers',
+      '{takeover}',
+      "Attempts that took over a key whose earlier attempt's lease ran out.",
+    ),
     activeExecutions: meter.createUpDownCounter('oncely.server.active_executions', {
       description: 'Keys this process holds in progress: reserved, handler running or completing.',
       unit: '{execution}',
     }),
-    storeErrors: meter.createCounter('oncely.server.store.errors', {
-      description:
-        'Errors of the idempotency store, by kind (`error.type`: the SQLSTATE or system error code).',
-      unit: '{error}',
-    }),
+    storeErrors: count(
+      'oncely.server.store.errors',
+      '{error}',
+      'Errors of the idempotency store, by kind (`error.type`: the SQLSTATE or system error code).',
+    ),
     reaperDeleted: meter.createHistogram('oncely.server.reaper.deleted', {
       description: 'Expired key records deleted by one reaper run.',
       unit: '{row}',
       advice: { explicitBucketBoundaries: ROW_BUCKETS },
     }),
     reaperDuration: seconds('oncely.server.reaper.duration', 'Duration of one reaper run.'),
-    outboxMessages: meter.createCounter('oncely.server.outbox.messages', {
-      description:
-        'Outbox publish attempts by result (`oncely.outbox.result`): published, retried (failed, will be retried), dead (failed for the last time), lease_lost.',
-      unit: '{message}',
-    }),
+    outboxMessages: count(
+      'oncely.server.outbox.messages',
+      '{message}',
+      'Outbox publish attempts by result (`oncely.outbox.result`): published, retried (failed, will be retried), dead (failed for the last time), lease_lost.',
+    ),
     outboxPublishDuration: seconds(
       'oncely.server.outbox.publish.duration',
       'Duration of one call of the outbox publisher.',
@@ -123,11 +126,11 @@ function createInstruments(meter: Meter): ServerInstruments {
       description: 'Age of the oldest unpublished (pending) outbox message; 0 when none is pending.',
       unit: 's',
     }),
-    inboxMessages: meter.createCounter('oncely.server.inbox.messages', {
-      description:
-        'Inbox deliveries by result (`oncely.inbox.result`): processed, duplicate (skipped), rejected, busy, failed, unavailable, mismatch.',
-      unit: '{message}',
-    }),
+    inboxMessages: count(
+      'oncely.server.inbox.messages',
+      '{message}',
+      'Inbox deliveries by result (`oncely.inbox.result`): processed, duplicate (skipped), rejected, busy, failed, unavailable, mismatch.',
+    ),
   }
 }
 

@@ -7,7 +7,9 @@ import { quoteLiteral, type TableNames } from './identifiers.js'
 import {
   bind,
   FENCE_MARKER,
+  headersValue,
   ID_TYPES,
+  idValues,
   KEEP_RECOVERY_POINT,
   LOOKUP_COLUMNS,
   type LookupRow,
@@ -159,12 +161,11 @@ FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
     finish: { types: FINISH_TYPES, text: finishText(names, fenced) },
     saveRecoveryPoint: { types: SAVE_TYPES, text: saveRecoveryPointText(names) },
   })
-  const key = (id: RecordId) => [id.scope, id.operation, id.key]
   return {
-    lock: (id: RecordId, leaseGuardMs: number) => bind(texts.lock, [...key(id), String(leaseGuardMs)]),
-    lockedLookup: (id: RecordId) => bind(texts.lockedLookup, key(id)),
-    inspect: (id: RecordId) => bind(texts.inspect, key(id)),
-    holder: (id: RecordId) => bind(texts.holder, key(id)),
+    lock: (id: RecordId, leaseGuardMs: number) => bind(texts.lock, [...idValues(id), String(leaseGuardMs)]),
+    lockedLookup: (id: RecordId) => bind(texts.lockedLookup, idValues(id)),
+    inspect: (id: RecordId) => bind(texts.inspect, idValues(id)),
+    holder: (id: RecordId) => bind(texts.holder, idValues(id)),
     /**
      * The finished record, sent last before the COMMIT: a plain INSERT when the attempt found no row and wrote none
      * (no recovery point), the fenced upsert otherwise (or always, unfenced).
@@ -241,15 +242,13 @@ const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 /** The values of {@link RECORD_TYPES}. */
 function recordValues(id: RecordId, record: FinishRecord): unknown[] {
   return [
-    id.scope,
-    id.operation,
-    id.key,
+    ...idValues(id),
     record.fingerprint,
     record.status,
     record.response.status,
     JSON.stringify(record.response.headers),
     record.response.body,
-    record.requestHeaders === null ? null : JSON.stringify(record.requestHeaders),
+    headersValue(record.requestHeaders),
   ]
 }
 /** What a recovery point saved under the lock protocol writes. */
@@ -296,13 +295,11 @@ const SAVE_TYPES = [
 
 function saveValues(id: RecordId, save: LockedRecoveryPoint): unknown[] {
   return [
-    id.scope,
-    id.operation,
-    id.key,
+    ...idValues(id),
     save.fingerprint,
     save.token,
     save.leaseMs,
-    save.requestHeaders === null ? null : JSON.stringify(save.requestHeaders),
+    headersValue(save.requestHeaders),
     save.point,
     save.attempt,
     save.retentionMs,

@@ -4,16 +4,20 @@
 // its transaction lives: a crash frees it at once, and the lease guard makes Postgres end the transaction of a
 // holder that stopped while alive. Nothing is written for the key until the commit, except by a recovery point.
 import { randomUUID } from 'node:crypto'
+import type { StoredResponse } from '../engine/types.js'
 import { firstRow, type Session } from './database.js'
+import { KeyRecords } from './key-records.js'
 import * as lq from './lock-queries.js'
 import type { ResolvedStore } from './postgres-store.js'
 import * as q from './queries.js'
 import {
   type Claim,
+  type Exec,
   type Inspection,
+  inspectionOf,
+  type Reservation,
   type ReservationProtocol,
   type ReserveRequest,
-  recordState,
   type ServerObserver,
 } from './reservation.js'
 
@@ -29,31 +33,43 @@ export function lockReservation<Tx>(
   fenced: boolean,
   observe: ServerObserver = () => {},
 ): ReservationProtocol<LockClaim<Tx>> {
-  const { database, names } = store
-  const sql = lq.lockStatements(names, fenced)
-  const keySql = q.keyStatements(names)
-  // The lease guard is a fence too: the unfenced engine goes without it, and so does one connection, where no other
-  // attempt can take the key over while the transaction is open.
-  const guardMs = (request: ReserveRequest) => (fenced && !database.oneConnection ? request.leaseMs : 0)
+  return new LockReservation(store, fenced, observe)
+}
+
+/** What the lock and the lookup found: whether it got the lock, the key's row, the server. */
+interface Found {
+  locked: boolean
+  row: lq.LockedLookupRow | undefined
+  server: number
+}
+
+class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
+  readonly #keys: KeyRecords<Tx>
+  readonly #sql: lq.LockStatements
+  /** Names the table's primary key, whose violation fences a finish out (see lq.isFinishConflict). */
+  readonly #names: ResolvedStore<Tx>['names']
+
+  constructor(store: ResolvedStore<Tx>, fenced: boolean, observe: ServerObserver) {
+    this.#keys = new KeyRecords(store, fenced, observe)
+    this.#sql = lq.lockStatements(store.names, fenced)
+    this.#names = store.names
+  }
 
   /**
    * BEGINs on the session, takes the key's advisory lock, arms the lease guard, then reads the row (in a statement of
    * its own, so its snapshot follows the lock: see lq.lock).
    */
-  async function lockAndLookup(
-    session: Session<Tx>,
-    request: ReserveRequest,
-  ): Promise<{ locked: boolean; row: lq.LockedLookupRow | undefined; server: number }> {
+  async #lockAndLookup(session: Session<Tx>, request: ReserveRequest): Promise<Found> {
     const sentAt = performance.now()
     const results = await session.run([
       'BEGIN',
-      sql.lock(request.id, guardMs(request)),
-      sql.lockedLookup(request.id),
+      this.#sql.lock(request.id, this.#keys.guardMs(request)),
+      this.#sql.lockedLookup(request.id),
     ])
     const row = firstRow<lq.LockedLookupRow>(results[2])
     const lock = firstRow<lq.Locked>(results[1])
     const server = lock?.server ?? 0
-    if (lock) observe(server, sentAt)
+    if (lock) this.#keys.observe(server, sentAt)
     if (row) row.server = server
     return { locked: lock?.locked === true, row, server }
   }
@@ -62,25 +78,117 @@ export function lockReservation<Tx>(
    * Writes the finished record and commits: true when it did, false when fenced out (the row changed, see
    * q.isFenceError, or another writer inserted it, see lq.isFinishConflict), when the transaction is still open.
    */
-  async function finishOn(
-    session: Session<Tx>,
-    claim: LockClaim<Tx>,
-    record: lq.FinishRecord,
-  ): Promise<boolean> {
+  async #finishOn(session: Session<Tx>, claim: LockClaim<Tx>, record: lq.FinishRecord): Promise<boolean> {
     try {
-      await session.run([sql.finish(claim.request.id, record), 'COMMIT'])
+      await session.run([this.#sql.finish(claim.request.id, record), 'COMMIT'])
       return true
     } catch (error) {
-      if (q.isFenceError(error) || lq.isFinishConflict(names, error)) return false
+      if (q.isFenceError(error) || lq.isFinishConflict(this.#names, error)) return false
       throw error
     }
   }
 
-  const finishRecord = (
+  /** How long the holder of the key's lock has held it, asked on the session of an attempt that did not get it. */
+  async #holderMs(session: Session<Tx>, request: ReserveRequest): Promise<number | null> {
+    const asked = await session.run([this.#sql.holder(request.id)])
+    return firstRow<{ holder_ms: number | null }>(asked[0])?.holder_ms ?? null
+  }
+
+  async reserve(request: ReserveRequest): Promise<Reservation<LockClaim<Tx>>> {
+    const { session, found, state } = await this.#keys.reserving(async (session) => {
+      const found = await this.#lockAndLookup(session, request)
+      const holderMs = () => this.#holderMs(session, request)
+      return { session, found, state: await answer(found.locked, found.row, request.fingerprint, holderMs) }
+    })
+    if (state.kind === 'free') return { kind: 'claimed', claim: claimOf(request, session, found) }
+    // Not ours to run: end the transaction without making the answer wait.
+    this.#keys.endAside(session)
+    return state
+  }
+
+  async inspect(request: ReserveRequest, on: Exec): Promise<Inspection> {
+    const sentAt = performance.now()
+    const found = firstRow<lq.InspectedLock>(await on(this.#sql.inspect(request.id)))
+    if (found) this.#keys.observe(found.server as number, sentAt)
+    const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
+    return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
+  }
+
+  async complete(
     claim: LockClaim<Tx>,
     status: 'succeeded' | 'failed_permanent',
-    response: lq.FinishRecord['response'],
-  ): lq.FinishRecord => ({
+    response: StoredResponse,
+  ): Promise<boolean> {
+    return this.#finishOn(claim.session, claim, finishRecord(claim, status, response))
+  }
+
+  async fail(claim: LockClaim<Tx>, response: StoredResponse): Promise<boolean> {
+    // The rollback ended the lock with the handler's writes: take it again, on the attempt's own session, to store
+    // the failure, fenced on the row version the attempt first saw, so a record another attempt wrote meanwhile
+    // stays. A fenced or refused finish leaves the transaction open: end it.
+    const { session } = claim
+    const { locked } = await this.#lockAndLookup(session, claim.request)
+    const stored =
+      locked && (await this.#finishOn(session, claim, finishRecord(claim, 'failed_permanent', response)))
+    if (!stored) await session.run(['ROLLBACK'])
+    return stored
+  }
+
+  async release(claim: LockClaim<Tx>, on: Exec): Promise<void> {
+    // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
+    // the token) so the next attempt need not wait out its lease.
+    if (claim.token !== undefined) await this.#keys.release(claim.request, claim.token, on)
+  }
+
+  async renew(claim: LockClaim<Tx>): Promise<boolean> {
+    // Until its first recovery point the attempt holds the key by its lock alone, which lives as long as its
+    // transaction: nothing to renew.
+    if (claim.token === undefined) return true
+    return this.#keys.renew(claim.request, claim.token)
+  }
+
+  async saveRecoveryPoint(claim: LockClaim<Tx>, point: string, tx?: unknown): Promise<boolean> {
+    claim.token ??= randomUUID()
+    const save = this.#sql.saveRecoveryPoint(claim.request.id, {
+      fingerprint: claim.request.fingerprint,
+      point,
+      token: claim.token,
+      attempt: claim.attempt,
+      leaseMs: claim.request.leaseMs,
+      retentionMs: claim.request.retentionMs,
+      requestHeaders: claim.request.requestHeaders,
+      seen: claim.seen,
+    })
+    return this.#keys.save(save, tx)
+  }
+}
+
+/** The claim of an attempt that got the key's lock and found it free. */
+function claimOf<Tx>(request: ReserveRequest, session: Session<Tx>, found: Found): LockClaim<Tx> {
+  const { row } = found
+  // A row that is not expired is an earlier attempt's: released after a retryable failure, or abandoned.
+  const earlier = row && !row.expired ? row : undefined
+  return {
+    request,
+    session,
+    attempt: earlier ? earlier.attempts + 1 : 1,
+    recoveryPoint: earlier?.recovery_point ?? null,
+    replaced: row?.expired ? 'expired' : row?.status === 'in_progress' ? 'takeover' : null,
+    // A record that was not expired keeps its expiry (measured by the lookup); a new one lives retentionMs
+    // from the finish's now(), which is later than the reservation: both bounds are conservative.
+    expiresInMs: earlier ? earlier.expires_in_ms : request.retentionMs,
+    seen: row ? { version: row.version, status: row.status } : null,
+    server: found.server,
+    token: undefined,
+  }
+}
+
+function finishRecord<Tx>(
+  claim: LockClaim<Tx>,
+  status: 'succeeded' | 'failed_permanent',
+  response: lq.FinishRecord['response'],
+): lq.FinishRecord {
+  return {
     fingerprint: claim.request.fingerprint,
     status,
     response,
@@ -89,126 +197,21 @@ export function lockReservation<Tx>(
     seen: claim.seen,
     attempt: claim.attempt,
     token: claim.token ?? null,
-  })
-
-  /**
-   * What the row says, for an attempt that may not take the key. A row in progress under a live lease was written by
-   * the holder's recovery point: it says how long the holder has run since, and its lease. A lock held without such
-   * a row says nothing but the holder's start, asked of pg_stat_activity (`holderMs`, when it was asked).
-   */
-  function answer(
-    locked: boolean,
-    row: lq.LockedLookupRow | undefined,
-    fingerprint: string,
-    holderMs: () => Promise<number | null>,
-  ): Inspection | Promise<Inspection> {
-    const state = recordState(row, fingerprint)
-    if (state === 'finished') return { kind: 'finished', row: row as lq.LockedLookupRow }
-    if (state === 'mismatch') return { kind: 'mismatch' }
-    if (state === 'busy')
-      return {
-        kind: 'busy',
-        heldForMs: row?.held_ms ?? null,
-        leaseRemainingMs: row?.lease_remaining_ms ?? null,
-      }
-    if (locked) return { kind: 'free' }
-    return holderMs().then((heldForMs) => ({ kind: 'busy', heldForMs, leaseRemainingMs: null }))
   }
+}
 
-  return {
-    async reserve(request) {
-      const session = await database.session()
-      let found: Awaited<ReturnType<typeof lockAndLookup>>
-      let state: Inspection
-      try {
-        found = await lockAndLookup(session, request)
-        state = await answer(found.locked, found.row, request.fingerprint, async () => {
-          const asked = await session.run([sql.holder(request.id)])
-          return firstRow<{ holder_ms: number | null }>(asked[0])?.holder_ms ?? null
-        })
-      } catch (error) {
-        session.release(error as Error)
-        throw error
-      }
-      const { row } = found
-      if (state.kind === 'free') {
-        // A row that is not expired is an earlier attempt's: released after a retryable failure, or abandoned.
-        const earlier = row && !row.expired ? row : undefined
-        const claim: LockClaim<Tx> = {
-          request,
-          session,
-          attempt: earlier ? earlier.attempts + 1 : 1,
-          recoveryPoint: earlier?.recovery_point ?? null,
-          replaced: row?.expired ? 'expired' : row?.status === 'in_progress' ? 'takeover' : null,
-          // A record that was not expired keeps its expiry (measured by the lookup); a new one lives retentionMs
-          // from the finish's now(), which is later than the reservation: both bounds are conservative.
-          expiresInMs: earlier ? earlier.expires_in_ms : request.retentionMs,
-          seen: row ? { version: row.version, status: row.status } : null,
-          server: found.server,
-          token: undefined,
-        }
-        return { kind: 'claimed', claim }
-      }
-      // Not ours to run: end the transaction without making the answer wait.
-      void session.run(['ROLLBACK']).then(
-        () => session.release(),
-        (error) => session.release(error as Error),
-      )
-      return state
-    },
-
-    async inspect(request, on) {
-      const sentAt = performance.now()
-      const found = firstRow<lq.InspectedLock>(await on(sql.inspect(request.id)))
-      if (found) observe(found.server as number, sentAt)
-      const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
-      return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
-    },
-
-    async complete(claim, status, response) {
-      return finishOn(claim.session, claim, finishRecord(claim, status, response))
-    },
-
-    async fail(claim, response) {
-      // The rollback ended the lock with the handler's writes: take it again, on the attempt's own session, to store
-      // the failure, fenced on the row version the attempt first saw, so a record another attempt wrote meanwhile
-      // stays. A fenced or refused finish leaves the transaction open: end it.
-      const { session } = claim
-      const { locked } = await lockAndLookup(session, claim.request)
-      const stored =
-        locked && (await finishOn(session, claim, finishRecord(claim, 'failed_permanent', response)))
-      if (!stored) await session.run(['ROLLBACK'])
-      return stored
-    },
-
-    async release(claim, on) {
-      // The rollback ended the lock. A row exists only if the attempt saved a recovery point: release it (fenced on
-      // the token) so the next attempt need not wait out its lease.
-      if (claim.token !== undefined) await on(keySql.release(claim.request.id, claim.token))
-    },
-
-    async renew(claim) {
-      // Until its first recovery point the attempt holds the key by its lock alone, which lives as long as its
-      // transaction: nothing to renew.
-      if (claim.token === undefined) return true
-      const { request } = claim
-      return (await database.side(keySql.renew(request.id, claim.token, request.leaseMs))).rowCount === 1
-    },
-
-    async saveRecoveryPoint(claim, point, tx) {
-      claim.token ??= randomUUID()
-      const save = sql.saveRecoveryPoint(claim.request.id, {
-        fingerprint: claim.request.fingerprint,
-        point,
-        token: claim.token,
-        attempt: claim.attempt,
-        leaseMs: claim.request.leaseMs,
-        retentionMs: claim.request.retentionMs,
-        requestHeaders: claim.request.requestHeaders,
-        seen: claim.seen,
-      })
-      const saved = tx === undefined ? await database.side(save) : await database.execute(tx as Tx, save)
-      return saved.rowCount === 1
-    },
-  }
+/**
+ * What the row says, for an attempt that may not take the key. A row in progress under a live lease was written by
+ * the holder's recovery point: it says how long the holder has run since, and its lease. A lock held without such
+ * a row says nothing but the holder's start, asked of pg_stat_activity (`holderMs`, when it was asked).
+ */
+function answer(
+  locked: boolean,
+  row: lq.LockedLookupRow | undefined,
+  fingerprint: string,
+  holderMs: () => Promise<number | null>,
+): Inspection | Promise<Inspection> {
+  const found = inspectionOf(row, fingerprint)
+  if (found.kind !== 'free' || locked) return found
+  return holderMs().then((heldForMs) => ({ kind: 'busy', heldForMs, leaseRemainingMs: null }))
 }

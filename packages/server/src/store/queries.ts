@@ -51,6 +51,13 @@ export interface RecordId {
 
 export const PK = 'scope = $1 AND operation = $2 AND key = $3'
 
+/** The values of {@link ID_TYPES} (and {@link PK}): the id every key statement starts with. */
+export const idValues = (id: RecordId): unknown[] => [id.scope, id.operation, id.key]
+
+/** The request headers a route stores, as a jsonb parameter: null when it stores none. */
+export const headersValue = (headers: Record<string, string> | null): string | null =>
+  headers === null ? null : JSON.stringify(headers)
+
 /**
  * Which server answered: when its postmaster started. A failover, a restore or a restart answers with another
  * value; the replay cache empties then (see ReplayCache.confirm), even when no connection of this process broke (a
@@ -190,9 +197,9 @@ WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
   })
   return {
     /** Reads a key that could not be reserved: who holds it, until when, and what it answered. */
-    lookup: (id: RecordId) => bind(texts.lookup, [id.scope, id.operation, id.key]),
+    lookup: (id: RecordId) => bind(texts.lookup, idValues(id)),
     /** Releases the key after a retryable failure so the next attempt re-executes; fenced like the completion. */
-    release: (id: RecordId, token: string) => bind(texts.release, [id.scope, id.operation, id.key, token]),
+    release: (id: RecordId, token: string) => bind(texts.release, [...idValues(id), token]),
     /**
      * Extends the lease of a key this attempt still holds (fenced on its token), committed on its own: a live holder
      * renews while its handler runs, so only one that stopped lets its lease run out. A lease that already ran out
@@ -200,10 +207,10 @@ WHERE ${PK} AND lock_token = $4 AND status = 'in_progress'`,
      * key). The expiry is pushed out too when the lease would outlive it. Zero rows: the key is no longer ours.
      */
     renew: (id: RecordId, token: string, leaseMs: number) =>
-      bind(texts.renew, [id.scope, id.operation, id.key, token, leaseMs]),
+      bind(texts.renew, [...idValues(id), token, leaseMs]),
     /** Records how far a multi-step handler got (row protocol); fenced on the token. */
     saveRecoveryPoint: (id: RecordId, token: string, point: string) =>
-      bind(texts.saveRecoveryPoint, [id.scope, id.operation, id.key, token, point]),
+      bind(texts.saveRecoveryPoint, [...idValues(id), token, point]),
   }
 }
 
@@ -212,7 +219,7 @@ export type KeyStatements = ReturnType<typeof keyStatements>
 
 /** Deletes a key record whatever its state, so the key is new again (`engine.forget`). */
 export function forget(names: TableNames, id: RecordId): Statement {
-  return { text: `DELETE FROM ${names.qualified} WHERE ${PK}`, values: [id.scope, id.operation, id.key] }
+  return { text: `DELETE FROM ${names.qualified} WHERE ${PK}`, values: idValues(id) }
 }
 
 /**

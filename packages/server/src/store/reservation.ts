@@ -113,3 +113,21 @@ export function recordState(row: LookupRow | undefined, fingerprint: string): Re
   if (row.status === 'in_progress' && (row.lease_remaining_ms ?? 0) > 0) return 'busy'
   return 'free'
 }
+
+/**
+ * What a key's row tells an attempt that may not take the key (see {@link recordState}): `free` when it does not
+ * stop the attempt, otherwise the answer. A row in progress under a live lease says how long its holder has run
+ * and its lease.
+ */
+export function inspectionOf(row: LookupRow | undefined, fingerprint: string): Inspection {
+  const state = recordState(row, fingerprint)
+  if (state === 'finished') return { kind: 'finished', row: row as LookupRow }
+  if (state === 'busy') {
+    return {
+      kind: 'busy',
+      heldForMs: row?.held_ms ?? null,
+      leaseRemainingMs: row?.lease_remaining_ms ?? null,
+    }
+  }
+  return { kind: state }
+}

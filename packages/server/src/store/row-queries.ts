@@ -2,22 +2,7 @@
 // `in_progress` under a lease before the business transaction, and completed in it, fenced on the lock token.
 import type { Statement } from './database.js'
 import { quoteLiteral, type TableNames } from './identifiers.js'
-import {
-  bind,
-  FENCE_MARKER,
-  ID_TYPES,
-  KEEP_RECOVERY_POINT,
-  LOOKUP_COLUMNS,
-  type LookupRow,
-  leaseGuard,
-  ms,
-  PK,
-  type RecordId,
-  replaceRow,
-  SERVER,
-  statementTexts,
-  UPSERT_NOW,
-} from './queries.js'
+import * as q from './queries.js'
 
 /** What the reservation stores about the request. */
 export interface ReserveArgs {
@@ -54,41 +39,41 @@ export interface ReserveArgs {
 function reserveText(names: TableNames): string {
   const t = names.qualified
   return `WITH existing AS MATERIALIZED (
-  SELECT ${LOOKUP_COLUMNS} FROM ${t} WHERE ${PK}
+  SELECT ${q.LOOKUP_COLUMNS} FROM ${t} WHERE ${q.PK}
 ), reserved AS (
   INSERT INTO ${t} AS k (scope, operation, key, fingerprint, status, lock_token, locked_until, request_headers,
     attempts, created_at, updated_at, expires_at)
-  SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${ms('$7')}
+  SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, now() + ${q.ms('$6')}, $8::jsonb, 1, now(), now(), now() + ${q.ms('$7')}
   WHERE NOT EXISTS (
-    SELECT 1 FROM ${t} e WHERE ${PK.replaceAll(/(\w+) = /g, 'e.$1 = ')} AND e.expires_at > now() AND (e.fingerprint <> $4
+    SELECT 1 FROM ${t} e WHERE ${q.PK.replaceAll(/(\w+) = /g, 'e.$1 = ')} AND e.expires_at > now() AND (e.fingerprint <> $4
       OR e.status IN ('succeeded', 'failed_permanent') OR (e.status = 'in_progress' AND e.locked_until > now()))
   )
   ON CONFLICT (scope, operation, key) DO UPDATE SET
-  ${replaceRow({
+  ${q.replaceRow({
     status: 'excluded.status',
-    attempts: `CASE WHEN k.expires_at <= ${UPSERT_NOW} THEN 1 ELSE k.attempts + 1 END`,
-    recoveryPoint: KEEP_RECOVERY_POINT,
+    attempts: `CASE WHEN k.expires_at <= ${q.UPSERT_NOW} THEN 1 ELSE k.attempts + 1 END`,
+    recoveryPoint: q.KEEP_RECOVERY_POINT,
   })}
-  WHERE k.expires_at <= ${UPSERT_NOW}
+  WHERE k.expires_at <= ${q.UPSERT_NOW}
      OR (k.fingerprint = excluded.fingerprint
-         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= ${UPSERT_NOW})))
+         AND (k.status = 'failed_retryable' OR (k.status = 'in_progress' AND k.locked_until <= ${q.UPSERT_NOW})))
   RETURNING k.attempts, k.recovery_point,
     (extract(epoch FROM (k.expires_at - now())) * 1000)::float8 AS reserved_expires_in_ms
 )
 SELECT r.attempts IS NOT NULL AS reserved, r.attempts, r.recovery_point, r.reserved_expires_in_ms, e.*,
-  set_config('synchronous_commit', 'off', true) AS async_commit, ${SERVER}
+  set_config('synchronous_commit', 'off', true) AS async_commit, ${q.SERVER}
 FROM (SELECT 1) AS one LEFT JOIN reserved r ON true LEFT JOIN existing e ON true`
 }
 
 /**
- * The business transaction's lease guard (see leaseGuard), as the first statement after its BEGIN. Not worth
+ * The business transaction's lease guard (see q.leaseGuard), as the first statement after its BEGIN. Not worth
  * preparing: it travels with its argument in place.
  */
 export function guard(leaseGuardMs: number): Statement {
   return { text: GUARD, types: ['text'], values: [String(leaseGuardMs)] }
 }
 
-const GUARD = `SELECT ${leaseGuard('$1')}`
+const GUARD = `SELECT ${q.leaseGuard('$1')}`
 
 /** The reservation's answer: whether it reserved, and the row as the statement's snapshot saw it (if any). */
 export type ReserveRow = {
@@ -99,7 +84,7 @@ export type ReserveRow = {
   reserved_expires_in_ms: number | null
   /** See SERVER in queries.ts. */
   server: number
-} & (Omit<LookupRow, 'server'> | { [K in keyof Omit<LookupRow, 'server'>]: null })
+} & (Omit<q.LookupRow, 'server'> | { [K in keyof Omit<q.LookupRow, 'server'>]: null })
 
 /** What the completion stores. */
 export interface CompleteArgs {
@@ -110,7 +95,7 @@ export interface CompleteArgs {
 
 /**
  * The completion: stores the response and finishes the key, fenced: only while this attempt still holds the lease
- * token. When it matches no row (another attempt took over), it fails on purpose with {@link FENCE_MARKER} (a cast
+ * token. When it matches no row (another attempt took over), it fails on purpose with {@link q.FENCE_MARKER} (a cast
  * the planner cannot fold), so a COMMIT sent after it in the same message never runs; the caller rolls back.
  * Unfenced (only to prove, in the chaos suite, that the fence is what prevents duplicates) it matches the key's row
  * whatever its token.
@@ -118,20 +103,20 @@ export interface CompleteArgs {
 const completeText = (names: TableNames, fenced: boolean) => `WITH completed AS (
   UPDATE ${names.qualified} SET status = $5, response_status = $6, response_headers = $7,
     response_body = $8, locked_until = NULL, updated_at = now()
-  WHERE ${PK}${fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'}
+  WHERE ${q.PK}${fenced ? ` AND lock_token = $4 AND status = 'in_progress'` : ' AND $4::uuid IS NOT NULL'}
   RETURNING 1
 )
-SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${quoteLiteral(FENCE_MARKER)} END)::int AS completed FROM completed`
+SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE ${quoteLiteral(q.FENCE_MARKER)} END)::int AS completed FROM completed`
 
 /** The statements of the row protocol for a table, built once per engine. */
 export function rowStatements(names: TableNames, fenced: boolean) {
-  const texts = statementTexts({
+  const texts = q.statementTexts({
     reserve: {
-      types: [...ID_TYPES, 'text', 'uuid', 'float8', 'float8', 'jsonb'],
+      types: [...q.ID_TYPES, 'text', 'uuid', 'float8', 'float8', 'jsonb'],
       text: reserveText(names),
     },
     complete: {
-      types: [...ID_TYPES, 'uuid', 'text', 'integer', 'jsonb', 'bytea'],
+      types: [...q.ID_TYPES, 'uuid', 'text', 'integer', 'jsonb', 'bytea'],
       text: completeText(names, fenced),
     },
   })
@@ -140,22 +125,18 @@ export function rowStatements(names: TableNames, fenced: boolean) {
      * The reservation, with its values. The row protocol sends it in a transaction of its own, ahead of the
      * business transaction's BEGIN and its lease guard (a datasource may send the five in one message).
      */
-    reserve: (id: RecordId, args: ReserveArgs) =>
-      bind(texts.reserve, [
-        id.scope,
-        id.operation,
-        id.key,
+    reserve: (id: q.RecordId, args: ReserveArgs) =>
+      q.bind(texts.reserve, [
+        ...q.idValues(id),
         args.fingerprint,
         args.token,
         args.leaseMs,
         args.retentionMs,
-        args.requestHeaders === null ? null : JSON.stringify(args.requestHeaders),
+        q.headersValue(args.requestHeaders),
       ]),
-    complete: (id: RecordId, args: CompleteArgs) =>
-      bind(texts.complete, [
-        id.scope,
-        id.operation,
-        id.key,
+    complete: (id: q.RecordId, args: CompleteArgs) =>
+      q.bind(texts.complete, [
+        ...q.idValues(id),
         args.token,
         args.status,
         args.response.status,
