@@ -31,6 +31,12 @@ export interface ReplayCacheOptions {
  * failover (see {@link ReplayCache.replicationChecked}); and at once after it reaches another server.
  */
 export const REPLICATION_CHECK_MS = 10_000
+/**
+ * The shortest gap between two checks asked for by entries newer than the last check. An entry answers only after a
+ * check sent after it was stored (see {@link ReplayCache.get}), so a replay within this long of its original asks
+ * the database.
+ */
+export const REPLICATION_RECHECK_MS = 100
 
 interface Entry {
   key: string
@@ -40,6 +46,8 @@ interface Entry {
   monotonicDeadline: number
   wallDeadline: number
   bytes: number
+  /** When it was stored (`performance.now()`): it answers only once a replication check sent after that found safe. */
+  storedAt: number
   /** Neighbours in recency order (`older` toward the eviction end). */
   older: Entry | undefined
   newer: Entry | undefined
@@ -82,6 +90,8 @@ export class ReplayCache {
    * time can close that window; refusing to answer while a standby may lag does.
    */
   #replication: { server: number; safe: boolean; checkedAt: number } | undefined
+  /** When the newest entry was stored. */
+  #newestStoredAt = Number.NEGATIVE_INFINITY
 
   constructor(bounds: Required<ReplayCacheOptions>) {
     this.#maxEntries = bounds.maxEntries
@@ -108,7 +118,8 @@ export class ReplayCache {
     return (
       last === undefined ||
       (this.#server !== undefined && last.server !== this.#server) ||
-      now - last.checkedAt >= REPLICATION_CHECK_MS
+      now - last.checkedAt >= REPLICATION_CHECK_MS ||
+      (this.#newestStoredAt >= last.checkedAt && now - last.checkedAt >= REPLICATION_RECHECK_MS)
     )
   }
 
@@ -134,7 +145,10 @@ export class ReplayCache {
   /** The finished record, or undefined when unknown or (conservatively) expired. */
   get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
     const entry = this.#entries.get(idOf(id))
-    if (!entry || !this.#replicationSafe) return undefined
+    // Safe as of a check sent after the entry was stored: its commit was already on every standby the server had
+    // then, and a standby attached since was copied from the server after that commit. (A check from before the
+    // entry says nothing of a standby that attached in between, asynchronously, and may be promoted.)
+    if (!entry || !this.#replicationSafe || entry.storedAt >= this.#replication!.checkedAt) return undefined
     // Not confirmed lately: the database answers (and confirms); the entry stays for when it has.
     if (performance.now() - this.#confirmedAt > this.#maxUnconfirmedMs) return undefined
     if (performance.now() >= entry.monotonicDeadline || Date.now() >= entry.wallDeadline) {
@@ -177,10 +191,13 @@ export class ReplayCache {
       monotonicDeadline: sentAt + lifetime,
       wallDeadline: sentAtWall + lifetime,
       bytes,
+      // Stored again (read back from the database): the record was there since the first time.
+      storedAt: previous ? previous.storedAt : performance.now(),
       older: undefined,
       newer: undefined,
     }
     this.#entries.set(key, entry)
+    this.#newestStoredAt = entry.storedAt
     this.#append(entry)
     this.#bytes += bytes
     while (this.#oldest && (this.#entries.size > this.#maxEntries || this.#bytes > this.#maxBytes)) {

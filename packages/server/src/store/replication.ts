@@ -7,11 +7,14 @@ import { SERVER } from './queries.js'
 
 /**
  * The server, its standbys (every role sees how many; `sync_state` only with the privileges of pg_read_all_stats,
- * otherwise NULL and not counted as unsynchronised) and the settings that say whether a commit waits for them.
+ * otherwise NULL and not counted as unsynchronised) and the settings that say whether a commit waits for them. A
+ * standby that is disconnected is no walsender, but its physical replication slot still counts it: it comes back
+ * behind, and could be promoted.
  */
 export const replicationCheck: Statement = {
   text: `SELECT ${SERVER},
-  (SELECT count(*) FROM pg_stat_replication)::int AS standbys,
+  greatest((SELECT count(*) FROM pg_stat_replication),
+    (SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical'))::int AS standbys,
   (SELECT count(*) FROM pg_stat_replication WHERE sync_state NOT IN ('sync', 'quorum'))::int AS unsynchronised,
   current_setting('synchronous_standby_names') AS standby_names,
   current_setting('synchronous_commit') AS synchronous_commit`,
