@@ -183,6 +183,16 @@ describe('replay cache', () => {
   })
 })
 
+/** A cache with generous bounds, or the ones given. */
+const newCache = (bounds: Partial<ConstructorParameters<typeof ReplayCache>[0]> = {}) =>
+  new ReplayCache({
+    maxEntries: 10,
+    maxBytes: 1_000_000,
+    maxAgeMs: 60_000,
+    maxUnconfirmedMs: 60_000,
+    ...bounds,
+  })
+
 describe('replay cache and the server behind it', () => {
   it('answers from the cache only while the store confirmed its server lately; else asks the database', async () => {
     const engine = await warmed(engineFor(db.pool, { replayCache: { maxUnconfirmedMs: 300 } }).engine)
@@ -195,12 +205,7 @@ describe('replay cache and the server behind it', () => {
   })
 
   it('never answers from an entry of another server: a restart or failover behind a pooler empties the cache', () => {
-    const cache = new ReplayCache({
-      maxEntries: 10,
-      maxBytes: 1_000_000,
-      maxAgeMs: 60_000,
-      maxUnconfirmedMs: 60_000,
-    })
+    const cache = newCache()
     const id = { scope: 's', operation: 'o', key: 'k' }
     const response = { status: 201, headers: {}, body: Buffer.from('ok') }
     cache.confirm(1, performance.now())
@@ -229,9 +234,7 @@ describe('ReplayCache', () => {
   const now = () => [performance.now(), Date.now()] as const
 
   it('is bounded by maxBytes, and skips a response larger than the whole budget', () => {
-    const cache = confirmed(
-      new ReplayCache({ maxEntries: 100, maxBytes: 1_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
-    )
+    const cache = confirmed(newCache({ maxEntries: 100, maxBytes: 1_000 }))
     cache.set(id('a'), 'f', response(400), 60_000, ...now(), SERVER)
     cache.set(id('b'), 'f', response(400), 60_000, ...now(), SERVER)
     cache.set(id('c'), 'f', response(400), 60_000, ...now(), SERVER)
@@ -243,9 +246,7 @@ describe('ReplayCache', () => {
   })
 
   it('counts the lifetime from before the statement was sent, on both clocks, and cuts it for drift', () => {
-    const cache = confirmed(
-      new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
-    )
+    const cache = confirmed(newCache())
     const [at, wall] = now()
     // Sent 10 s ago with 10 s left then: expired now, although a clock that started at receipt would disagree.
     cache.set(id('late'), 'f', response(1), 10_000, at - 10_000, wall, SERVER)
@@ -262,20 +263,13 @@ describe('ReplayCache', () => {
   })
 
   it('keeps ids apart that would collide if concatenated', () => {
-    const cache = confirmed(
-      new ReplayCache({ maxEntries: 10, maxBytes: 1_000_000, maxAgeMs: 60_000, maxUnconfirmedMs: 60_000 }),
-    )
+    const cache = confirmed(newCache())
     cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now(), SERVER)
     expect(cache.get({ scope: 'a', operation: 'bc', key: 'd' })).toBeUndefined()
   })
 
   it("answers only once a replication check found the server's commits safe on its standbys, for that server", () => {
-    const cache = new ReplayCache({
-      maxEntries: 10,
-      maxBytes: 1_000_000,
-      maxAgeMs: 60_000,
-      maxUnconfirmedMs: 60_000,
-    })
+    const cache = newCache()
     cache.confirm(SERVER, performance.now())
     expect(cache.replicationCheckDue(performance.now())).toBe(true)
     cache.set(id('a'), 'f', response(1), 60_000, ...now(), SERVER)

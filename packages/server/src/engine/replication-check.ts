@@ -1,6 +1,7 @@
 // Keeps the replay cache's knowledge of the server's replication current (store/replication.ts): asked when the
-// cache reaches a server it has not checked and every REPLICATION_CHECK_MS after, one question at a time and off
-// the request's path. Until a check has answered for the server the cache confirms, the cache does not answer.
+// cache reaches a server it has not checked, every REPLICATION_CHECK_MS after, and within REPLICATION_RECHECK_MS of
+// a new entry (which answers only after a check sent after it), one question at a time and off the request's path.
+// Until a check has answered for the server the cache confirms, the cache does not answer.
 import { performance } from 'node:perf_hooks'
 import type { Database } from '../store/database.js'
 import { type ReplicationRow, replicationCheck, replicationSafe } from '../store/replication.js'

@@ -240,8 +240,9 @@ export interface EngineOptions<Tx = pg.PoolClient> {
    * through another instance) is answered from an entry for at most `maxAgeMs`. A failover to a standby that missed
    * commits (asynchronous replication), or a restore, can lose a finished record. So the cache answers only while
    * the server says no commit it acknowledged can be missing on a standby: it streams to none, or its commits wait
-   * for synchronous standbys (checked when the engine reaches a server, and every 10 s); with an asynchronous
-   * standby it stays empty and says so once on `console.warn`. And every engine statement tells which server it
+   * for synchronous standbys (checked when the engine reaches a server, every 10 s, and within 100 ms of a new
+   * entry, which answers only after a check sent after it); with an asynchronous standby it stays empty and says so
+   * once on `console.warn`. And every engine statement tells which server it
    * reached: another server (a restore, a restart) empties the cache, and an entry answers only within
    * `maxUnconfirmedMs` of the last statement that reached its server.
    * @default { maxEntries: 10_000, maxBytes: 16_777_216, maxAgeMs: 60_000, maxUnconfirmedMs: 1_000 }
