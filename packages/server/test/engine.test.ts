@@ -23,6 +23,7 @@ import {
   payRequest,
   pooled,
   reservation,
+  running,
   setupDatabase,
   sleep,
   stallEventLoop,
@@ -259,15 +260,12 @@ describe('6. in flight', () => {
   it('waits for the first attempt when asked, and returns its response', async () => {
     const { engine } = engineFor(db.pool)
     const key = freshKey()
-    const first = engine.execute(
-      input(key, {
-        handler: async (ctx) => {
-          await sleep(300)
-          return pay(key)(ctx)
-        },
-      }),
-    )
-    await sleep(50)
+    const slow = running(async (ctx: ExecutionContext) => {
+      await sleep(300)
+      return pay(key)(ctx)
+    })
+    const first = engine.execute(input(key, { handler: slow.handler }))
+    await slow.started
     const second = await engine.execute(input(key, { wait: { timeoutMs: 5_000 } }))
     const done = await first
     expect(second.kind).toBe('replayed')

@@ -172,6 +172,23 @@ export function gate() {
   return { opened, open }
 }
 
+/**
+ * `handler`, and a promise that resolves once an attempt runs it, so holds its key. A test that sends a duplicate
+ * while the first attempt runs waits on `started`, not on a fixed sleep, which a loaded machine can outlast.
+ */
+export function running<A extends unknown[], R>(
+  handler: (...args: A) => R,
+): { handler: (...args: A) => R; started: Promise<void> } {
+  const started = gate()
+  return {
+    handler: (...args) => {
+      started.open()
+      return handler(...args)
+    },
+    started: started.opened,
+  }
+}
+
 /** The key record of `key` (in the default table), or undefined. */
 export async function keyRecord(pool: pg.Pool, key: string) {
   return (await pool.query('SELECT * FROM oncely.idempotency_keys WHERE key = $1', [key])).rows[0]

@@ -5,7 +5,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
 import { createEngineForTesting } from '../src/testing/index.js'
-import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from './helpers.js'
+import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -110,8 +110,10 @@ for (const preparedStatements of [true, false]) {
       fingerprint: fingerprintOf({ key }),
       handler: async () => ({ status: 201, body: { who } }),
     })
-    const first = slow.execute(input('slow'))
-    await sleep(200)
+    const holding = running(input('slow').handler)
+    const first = slow.execute({ ...input('slow'), handler: holding.handler })
+    await holding.started
+    await sleep(200) // past the stall in its commit hook
     paused = false
     // The paused attempt's transaction sat idle past the lease and was ended: under 'lock' it left no record.
     const winner = await fast.execute({ ...input('fast'), wait: { timeoutMs: 5_000 } })

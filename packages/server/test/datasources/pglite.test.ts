@@ -9,7 +9,7 @@ import { idempotency } from '../../src/fetch/index.js'
 import { createEngine, type ExecuteInput, migrate, postgresStore } from '../../src/index.js'
 import { pglite } from '../../src/pglite/index.js'
 import { createEngineForTesting } from '../../src/testing/index.js'
-import { fingerprintOf, freshKey, reservation, sleep, stallEventLoop } from '../helpers.js'
+import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from '../helpers.js'
 
 let db: PGlite
 let applied: string[]
@@ -115,14 +115,13 @@ describe(`the PGlite datasource (reservation: '${reservation}')`, () => {
       leaseMs: 200,
     })
     const key = freshKey()
-    const first = engine.execute(
-      request<Transaction>(key, async (ctx) => {
-        await ctx.tx.query('INSERT INTO payments (cart) VALUES ($1)', [key])
-        await sleep(700)
-        return { status: 201, body: {} }
-      }),
-    )
-    await sleep(100)
+    const slow = running(async (ctx: { tx: Transaction }) => {
+      await ctx.tx.query('INSERT INTO payments (cart) VALUES ($1)', [key])
+      await sleep(700)
+      return { status: 201, body: {} }
+    })
+    const first = engine.execute(request<Transaction>(key, slow.handler))
+    await slow.started
     const duplicate = await engine.execute(request<Transaction>(key, async () => ({ status: 500 })))
     expect(await first).toMatchObject({ kind: 'executed' })
     expect(duplicate).toMatchObject({ kind: 'replayed', response: { status: 201 } })

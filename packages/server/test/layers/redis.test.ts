@@ -13,6 +13,7 @@ import {
   fingerprintOf,
   freshKey,
   reservation,
+  running,
   setupDatabase,
   sleep,
 } from '../helpers.js'
@@ -111,6 +112,12 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     },
   })
 
+  /** Starts `input` through `leased`; `started` resolves once its handler runs (it holds the lease and the key). */
+  const runningOnce = (leased: Engine, input: ExecuteInput) => {
+    const first = running(input.handler)
+    return { outcome: leased.execute({ ...input, handler: first.handler }), started: first.started }
+  }
+
   it('answers 50 concurrent duplicates from Redis: at most one reservation attempt beyond the first', async () => {
     const { engine: inner } = engineFor(db.pool)
     const { counter, engine } = counting(inner)
@@ -143,13 +150,13 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     const leased = withSoftLease(engine, { redis, prefix: `${freshKey('t')}:` })
     const tenant = freshKey('tenant')
     const key = freshKey()
-    const first = leased.execute(pay(tenant, key, 100, 300))
-    await sleep(100)
+    const first = runningOnce(leased, pay(tenant, key, 100, 300))
+    await first.started
     const other = await leased.execute(pay(tenant, key, 999))
     // The row protocol's committed in_progress row carries the first fingerprint; the lock protocol has nothing
     // committed yet and answers 409, which a client retries into the mismatch.
     expect(other.kind).toBe(reservation === 'row' ? 'mismatch' : 'in_progress')
-    expect((await first).kind).toBe('executed')
+    expect((await first.outcome).kind).toBe('executed')
   })
 
   it('waits on the lease when asked, then returns the replay', async () => {
@@ -157,10 +164,10 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     const leased = withSoftLease(engine, { redis, prefix: `${freshKey('t')}:` })
     const tenant = freshKey('tenant')
     const key = freshKey()
-    const first = leased.execute(pay(tenant, key, 100, 200))
-    await sleep(50)
+    const first = runningOnce(leased, pay(tenant, key, 100, 200))
+    await first.started
     const waited = await leased.execute({ ...pay(tenant, key), wait: { timeoutMs: 5_000 } })
-    expect((await first).kind).toBe('executed')
+    expect((await first.outcome).kind).toBe('executed')
     expect(waited.kind).toBe('replayed')
   })
 
