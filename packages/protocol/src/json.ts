@@ -125,6 +125,8 @@ export function parseStrictJson(text: string): JsonValue {
 }
 
 const MAX_DEPTH = 512
+// `Object.hasOwn` is ES2022, which older React Native engines lack.
+const hasOwn = Object.prototype.hasOwnProperty
 
 class StrictParser {
   pos = 0
@@ -178,22 +180,24 @@ class StrictParser {
     const start = this.pos
     const result: Record<string, JsonValue> = {}
     if (this.opensEmpty(0x7d)) return result
-    const seen = new Set<string>()
     do {
       this.skipWhitespace()
       if (this.text.charCodeAt(this.pos) !== 0x22)
         throw new JsonSyntaxError('Expected a member name', this.pos)
       const keyPos = this.pos
       const key = this.parseString()
-      if (seen.has(key)) throw new JsonSyntaxError(`Duplicate member name ${JSON.stringify(key)}`, keyPos)
-      seen.add(key)
+      if (hasOwn.call(result, key))
+        throw new JsonSyntaxError(`Duplicate member name ${JSON.stringify(key)}`, keyPos)
       this.skipWhitespace()
       if (this.text.charCodeAt(this.pos) !== 0x3a) throw new JsonSyntaxError('Expected ":"', this.pos)
       this.pos++
       this.skipWhitespace()
       const value = this.parseValue(depth + 1)
-      // defineProperty keeps "__proto__" as data instead of changing the prototype.
-      Object.defineProperty(result, key, { value, enumerable: true, writable: true, configurable: true })
+      // "__proto__" is the one inherited accessor an assignment would call (it would change the prototype):
+      // defineProperty keeps it as data. Every other name is a plain assignment, which V8 keeps fast.
+      if (key === '__proto__')
+        Object.defineProperty(result, key, { value, enumerable: true, writable: true, configurable: true })
+      else result[key] = value
     } while (this.continues(0x7d, start))
     return result
   }

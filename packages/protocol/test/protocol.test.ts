@@ -121,6 +121,19 @@ describe('strict JSON and canonical JSON', () => {
     expect(({} as Record<string, unknown>).polluted).toBeUndefined()
   })
 
+  it("reads names Object.prototype also has as the object's own members, and refuses them twice", () => {
+    const text = '{"constructor":1,"toString":"x","hasOwnProperty":null,"__proto__":2}'
+    expect(parseStrictJson(text)).toEqual(JSON.parse(text))
+    expect(Object.keys(parseStrictJson(text) as object)).toEqual([
+      'constructor',
+      'toString',
+      'hasOwnProperty',
+      '__proto__',
+    ])
+    for (const name of ['constructor', '__proto__'])
+      expect(() => parseStrictJson(`{"${name}":1,"${name}":2}`)).toThrow(/Duplicate member name/)
+  })
+
   it('rejects malformed JSON with a position', () => {
     for (const text of ['', '{', '[1,]', '{"a" 1}', '01', '1.', 'tru', '"\u0001"', '{} x', '"\\q"']) {
       expect(() => parseStrictJson(text), text).toThrow(JsonSyntaxError)

@@ -6,7 +6,7 @@ import { StoreSetupError } from '../errors.js'
 import { hasMethods, objectOptions, optionalBoolean } from '../options/check.js'
 import type { Database, Rows, Session, Statement, Step } from '../store/database.js'
 import { sideLane } from '../store/side-lane.js'
-import { executeText, fitsOneMessage, inlineText, sqlPrepared } from './pg-message.js'
+import { executeText, fitsOneMessage, inlineText, sqlPrepared, sqlPreparedName } from './pg-message.js'
 
 /** Options of {@link nodePostgres}. */
 export interface NodePostgresOptions {
@@ -75,7 +75,8 @@ function createDatabase(pool: pg.Pool, preparedStatements: boolean): Database<pg
       for (const step of steps) {
         if (typeof step === 'string') parts.push(step)
         else if (step.name !== undefined && prepares()) {
-          await prepare(client, step)
+          // Checked here rather than in prepare(): a statement the connection already holds costs no await.
+          if (!preparedOn.get(client)?.has(sqlPreparedName(step))) await prepare(client, step)
           parts.push(executeText(step))
         } else parts.push(inlineText(step))
       }
@@ -170,14 +171,14 @@ function createDatabase(pool: pg.Pool, preparedStatements: boolean): Database<pg
 }
 
 /**
- * PREPAREs a statement on this connection the first time it is used there: on its own, so whether it exists never
- * depends on which statement of a later message failed (a PREPARE is not undone by a rollback).
+ * PREPAREs a statement on a connection that does not hold it yet (the caller checks, without an await): on its own,
+ * so whether it exists never depends on which statement of a later message failed (a PREPARE is not undone by a
+ * rollback).
  */
 async function prepare(client: pg.ClientBase, statement: Statement): Promise<void> {
   const { name, prepare: text } = sqlPrepared(statement)
-  let prepared = preparedOn.get(client)
-  if (prepared?.has(name)) return
   await client.query(text)
+  let prepared = preparedOn.get(client)
   if (!prepared) {
     prepared = new Set()
     preparedOn.set(client, prepared)

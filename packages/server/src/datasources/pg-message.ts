@@ -47,16 +47,33 @@ export function fitsOneMessage(steps: readonly Step[]): boolean {
 
 /** The SQL-level prepared statement of a named, typed statement: its name, and the PREPARE to send once. */
 export function sqlPrepared(statement: Statement): { name: string; prepare: string } {
-  // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
-  const name = `${statement.name}_sql`
+  const name = sqlPreparedName(statement)
   return { name, prepare: `PREPARE ${name}(${(statement.types ?? []).join(', ')}) AS ${statement.text}` }
+}
+
+// The SQL-level name of each statement name: the same string every time, so the lookups in the connection's set of
+// prepared names hash it once, not a new concatenation per request.
+const sqlNames = new Map<string | undefined, string>()
+
+/** The name of a statement's SQL-level prepared statement. */
+export function sqlPreparedName(statement: Statement): string {
+  let name = sqlNames.get(statement.name)
+  if (name === undefined) {
+    // SQL-level and protocol-level prepared statements share one namespace per session: a distinct name.
+    name = `${statement.name}_sql`
+    sqlNames.set(statement.name, name)
+  }
+  return name
 }
 
 /** A statement as `EXECUTE name(args)`. */
 export function executeText(statement: Statement): string {
   const types = statement.types ?? []
-  const args = statement.values.map((value, i) => sqlLiteral(value, types[i] ?? 'text'))
-  return `EXECUTE ${sqlPrepared(statement).name}(${args.join(', ')})`
+  const { values } = statement
+  let args = ''
+  for (let i = 0; i < values.length; i++)
+    args += `${i > 0 ? ', ' : ''}${sqlLiteral(values[i], types[i] ?? 'text')}`
+  return `EXECUTE ${sqlPreparedName(statement)}(${args})`
 }
 
 /**

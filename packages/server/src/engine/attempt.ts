@@ -7,12 +7,12 @@
 // once its transaction ended, or, when that connection broke, only after giving it back. Asking the pool for a
 // second connection while holding one hangs the process as soon as pool-size attempts do it at once.
 import { ResponseTooLargeError } from '../errors.js'
-import { STORE_DATABASE } from '../hooks.js'
 import type { Database, Session } from '../store/database.js'
 import { isLeaseLost } from '../store/queries.js'
 import type { Claim, Exec, Inspection, ReservationProtocol } from '../store/reservation.js'
 import { type Answers, type Sent, sentNow } from './answers.js'
 import { defaultClassify, defaultRenderError, isRetryableResponse } from './classify.js'
+import { AttemptContext } from './context.js'
 import type { EngineEvents } from './events.js'
 import type { EngineHooks } from './faults.js'
 import { LazyAbort } from './lazy-abort.js'
@@ -20,8 +20,7 @@ import type { ResolvedOptions } from './options.js'
 import type { ReplayCache } from './replay-cache.js'
 import { normalizeResponse, tooLargeResponse } from './response.js'
 import type { Durations } from './retry-after.js'
-import { stepKeyFor } from './step-key.js'
-import type { ExecuteInput, ExecutionContext, KeyId, Outcome, StoredResponse } from './types.js'
+import type { ExecuteInput, KeyId, Outcome, StoredResponse } from './types.js'
 
 /** What the keep-alive sends on a live attempt's transaction. */
 const KEEP_ALIVE = { text: 'SELECT 1', values: [] }
@@ -117,7 +116,9 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     await hooks.afterReserve?.({ ...this.#id, attempt, tx })
     let response: StoredResponse
     try {
-      const returned = await this.#input.handler(this.#context())
+      const returned = await this.#input.handler(
+        new AttemptContext(this.#env.database, this.#protocol, this.#claim, this.#id, this.#abort),
+      )
       response = normalizeResponse(returned, config.replayHeaders)
       if (isRetryableResponse(response.status, returned.headers)) {
         const reason = response.status >= 500 ? 'server_error_response' : 'retryable_response'
@@ -136,25 +137,6 @@ export class Attempt<Tx, C extends Claim<Tx>> {
   }
 
   /** The context the handler runs with. */
-  #context(): ExecutionContext<Tx> & { [STORE_DATABASE]: Database<Tx> } {
-    const claim = this.#claim
-    const protocol = this.#protocol
-    const id = this.#id
-    const abort = this.#abort
-    return {
-      [STORE_DATABASE]: this.#env.database,
-      tx: claim.session.tx,
-      ...id,
-      attempt: claim.attempt,
-      recoveryPoint: claim.recoveryPoint,
-      saveRecoveryPoint: (point: string, tx?: Tx) => protocol.saveRecoveryPoint(claim, point, tx),
-      stepKey: (step: string) => stepKeyFor(id.scope, id.operation, id.key, step),
-      get signal() {
-        return abort.signal
-      },
-    }
-  }
-
   /** The handler threw: lost lease, retryable (release the key) or permanent (store the rendered failure). */
   async #threw(error: unknown): Promise<Outcome> {
     if (isLeaseLost(error)) this.#broken ??= error as Error
