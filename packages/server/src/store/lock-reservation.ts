@@ -66,11 +66,10 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
       this.#sql.lock(request.id, this.#keys.guardMs(request)),
       this.#sql.lockedLookup(request.id),
     ])
-    const row = firstRow<lq.LockedLookupRow>(results[2])
     const lock = firstRow<lq.Locked>(results[1])
     const server = lock?.server ?? 0
     if (lock) this.#keys.observe(server, sentAt)
-    if (row) row.server = server
+    const row = lq.unpackLockedRow(firstRow<{ r: string }>(results[2]), server)
     return { locked: lock?.locked === true, row, server }
   }
 
