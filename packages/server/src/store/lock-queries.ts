@@ -47,7 +47,7 @@ const lockedRow = (names: TableNames) =>
 /**
  * The key's row as the lock protocol's lookup sends it: one text column holding a JSON array of {@link lockedRow}'s
  * values, in {@link PACKED_FIELDS}' order (the body as base64), or no row. A row description costs a new key, which
- * has no row, as much as a found one: fourteen field descriptors (about 240 bytes) sent and parsed per request,
+ * has no row, as much as a found one: thirteen field descriptors (about 240 bytes) sent and parsed per request,
  * against one. Text, not json, so that every datasource hands it over alike, to be read by {@link unpackLockedRow}.
  */
 const packedLockedRow = (names: TableNames) =>
