@@ -121,8 +121,9 @@ describe('replay cache', () => {
   })
 
   it('answers a record deleted behind its back for at most maxAgeMs; forget() on this instance evicts at once', async () => {
-    const writer = engineFor(db.pool, { replayCache: { maxAgeMs: 400 } }).engine
-    const other = await warmed(engineFor(db.pool, { replayCache: { maxAgeMs: 400 } }).engine)
+    // maxAgeMs long enough for the statements between learning the record and the replay below on a loaded machine.
+    const writer = engineFor(db.pool, { replayCache: { maxAgeMs: 1_500 } }).engine
+    const other = await warmed(engineFor(db.pool, { replayCache: { maxAgeMs: 1_500 } }).engine)
     const key = freshKey()
     await writer.execute(input(key))
     await other.execute(input(key)) // learns the record
@@ -131,7 +132,7 @@ describe('replay cache', () => {
     // The instance that forgot runs the key again; the other still answers from its entry, until maxAgeMs.
     expect(await writer.peek(input(key))).toBeNull()
     expect(await checkoutsOf(() => other.execute(input(key)))).toBe(0)
-    await sleep(450)
+    await sleep(1_550)
     expect(await other.peek(input(key))).toBeNull()
   })
 

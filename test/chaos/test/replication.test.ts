@@ -41,7 +41,25 @@ async function startCluster(
     replication,
   })
   await withClient(cluster.url, (c) => c.query('CREATE TABLE t (n int); INSERT INTO t VALUES (1)'))
+  // Under `async` the setup returns before the standby has it: the test's own loss must be the only one.
+  await replayedEverywhere(cluster)
   return cluster
+}
+
+/** Resolves once a standby has replayed all the WAL the primary has written so far. */
+async function replayedEverywhere(cluster: ReplicatedCluster, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  const caughtUp = () =>
+    withClient(cluster.url, async (c) => {
+      const { rows } = await c.query(
+        'SELECT count(*)::int AS n FROM pg_stat_replication WHERE replay_lsn >= pg_current_wal_lsn()',
+      )
+      return rows[0].n > 0
+    })
+  while (!(await caughtUp())) {
+    if (Date.now() > deadline) throw new Error('timed out waiting for the standby to replay the setup')
+    await new Promise((r) => setTimeout(r, 100))
+  }
 }
 
 describe.sequential('a primary with a streaming standby', () => {
