@@ -113,8 +113,9 @@ it('does not answer while the primary streams to an asynchronous standby, and sa
     expect((await engine.execute(input(key))).kind).toBe('executed')
     await until('the warning', () => warn.mock.calls.length > 0)
     expect(String(warn.mock.calls[0]?.[0])).toMatch(/asynchronous|synchronous_standby_names/)
-    // Every replay asks the database, however often it is asked.
-    for (let i = 0; i < 3; i++) expect(await replayCheckouts(engine, key)).toBe(1)
+    // Every replay asks the database, however often it is asked (a replication check due meanwhile takes a
+    // connection of the same pool too, so at least one).
+    for (let i = 0; i < 3; i++) expect(await replayCheckouts(engine, key)).toBeGreaterThanOrEqual(1)
     expect(warn).toHaveBeenCalledTimes(1)
   } finally {
     warn.mockRestore()
