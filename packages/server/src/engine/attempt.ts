@@ -136,7 +136,6 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     return await this.#complete(response)
   }
 
-  /** The context the handler runs with. */
   /** The handler threw: lost lease, retryable (release the key) or permanent (store the rendered failure). */
   async #threw(error: unknown): Promise<Outcome> {
     if (isLeaseLost(error)) this.#broken ??= error as Error
