@@ -19,7 +19,7 @@ import { enqueue } from '../../src/outbox/index.js'
 import { steps } from '../../src/steps/index.js'
 import { createEngineForTesting, type TestingEngineOptions } from '../../src/testing/index.js'
 import { listening } from '../adapters/servers.js'
-import { fingerprintOf, freshKey, gate, reservation, sleep, stallEventLoop } from '../helpers.js'
+import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from '../helpers.js'
 import { type DatasourceUnderTest, datasourceName, oneConnection, openDatasource } from './registry.js'
 
 let db: TestDatabase
@@ -171,16 +171,13 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
   it('a live handler idle in its transaction for twice the lease keeps its key and completes once', async () => {
     const engine = engineWith({ leaseMs: 600 })
     const key = freshKey()
-    const holding = gate()
-    const first = engine.execute(
-      request(key, async (ctx) => {
-        holding.open()
-        await ds.pay(ctx.tx, key)
-        await sleep(1_500)
-        return { status: 201, body: {} }
-      }),
-    )
-    await holding.opened
+    const slow = running(async (ctx: { tx: unknown }) => {
+      await ds.pay(ctx.tx, key)
+      await sleep(1_500)
+      return { status: 201, body: {} }
+    })
+    const first = engine.execute(request(key, slow.handler))
+    await slow.started
     await sleep(900)
     // On one connection the duplicate cannot look while the first attempt's transaction holds it: it waits, then
     // replays the answer.
@@ -210,14 +207,9 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
       })
       // The duplicate starts once the original holds the key (a fixed sleep let a slow first connection lose the
       // race, and the duplicate then ran the stalling attempt itself).
-      const holding = gate()
-      const original = engine.execute(
-        request(key, async (ctx) => {
-          holding.open()
-          return paying(key)(ctx)
-        }),
-      )
-      await holding.opened
+      const holding = running(paying(key))
+      const original = engine.execute(request(key, holding.handler))
+      await holding.started
       const winner = await engine.execute({ ...request(key, paying(key)), wait: { timeoutMs: 10_000 } })
       const late = await original
       expect(winner).toMatchObject({ kind: 'executed' })
