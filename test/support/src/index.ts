@@ -102,6 +102,6 @@ export {
   rawPost,
   tally,
 } from './raw-http.js'
-export { accepts, freePort, optionalService, waitFor } from './services.js'
+export { accepts, freePort, optionalService, pullNext, waitFor } from './services.js'
 export { spawnTsx } from './tsx.js'
 export { type CountingProxy, countingProxy, countStatements, type WireCounts } from './wire.js'

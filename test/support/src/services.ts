@@ -70,3 +70,26 @@ export function accepts(port: number): Promise<boolean> {
     socket.on('error', () => resolve(false))
   })
 }
+
+/**
+ * Pulls one JetStream message, or null when none came within `expiresMs`. A one-message pull is watched by the
+ * client's idle-heartbeat monitor, which gives up after two heartbeat intervals without traffic; by default the
+ * interval is half the pull's expiry, so on a loaded machine the monitor can trip just before the server's own
+ * "expired" answer arrives, and `next()` rejects with "heartbeats missed". For a loop that pulls until a deadline,
+ * that is a pull that found nothing, as the server's answer would have said: this returns null for it.
+ *
+ * @example
+ * const msg = await pullNext(consumer, 5_000)
+ * if (!msg) continue
+ */
+export async function pullNext<M>(
+  consumer: { next(opts: { expires: number }): Promise<M | null> },
+  expiresMs: number,
+): Promise<M | null> {
+  try {
+    return await consumer.next({ expires: expiresMs })
+  } catch (error) {
+    if (error instanceof Error && error.message === 'heartbeats missed') return null
+    throw error
+  }
+}

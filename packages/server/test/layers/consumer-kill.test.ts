@@ -1,7 +1,7 @@
 import { AckPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
-import { optionalService, spawnTsx } from '@oncely/test-support'
+import { optionalService, pullNext, spawnTsx } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createInbox } from '../../src/inbox/index.js'
 import { consumeJetStreamMessage } from '../../src/nats/index.js'
@@ -89,7 +89,7 @@ describe.skipIf(nats.skip)('a consumer SIGKILLed mid-message', () => {
     let appliedAfterMs: number | undefined
     const deadline = Date.now() + ROW_LEASE_MS + 20_000
     while (appliedAfterMs === undefined && Date.now() < deadline) {
-      const msg = await consumer.next({ expires: 1_000 })
+      const msg = await pullNext(consumer, 1_000)
       if (!msg) continue
       const result = await consumeJetStreamMessage(inbox, msg, async ({ tx }) => {
         await tx.query('INSERT INTO effects VALUES ($1)', [messageId])

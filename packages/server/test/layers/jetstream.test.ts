@@ -7,7 +7,7 @@ import {
 } from '@nats-io/jetstream'
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node'
 import type { TestDatabase } from '@oncely/test-support'
-import { optionalService, spawnTsx } from '@oncely/test-support'
+import { optionalService, pullNext, spawnTsx } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createInbox, type InboxEvent } from '../../src/inbox/index.js'
 import {
@@ -85,7 +85,7 @@ describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
     const deadline = Date.now() + 20_000
     const acked = () => kinds.filter((k) => k === 'processed' || k === 'duplicate').length
     while (acked() < expected && Date.now() < deadline) {
-      const msg = await consumer.next({ expires: 1_000 })
+      const msg = await pullNext(consumer, 1_000)
       if (!msg) continue
       const id = msg.headers?.get('Nats-Msg-Id') ?? ''
       if (crashAfterCommit.delete(id)) {
@@ -310,7 +310,7 @@ describe.skipIf(nats.skip)('outbox → JetStream → inbox', () => {
       mismatchDelayMs: 200,
     })
     expect(kinds).toEqual(['processed', 'mismatch'])
-    expect(await consumer.next({ expires: 1_500 })).toBeNull()
+    expect(await pullNext(consumer, 1_500)).toBeNull()
   })
 
   it('validates its options with a TypeError naming the option', async () => {

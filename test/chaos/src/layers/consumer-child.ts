@@ -11,6 +11,7 @@ import { connect } from '@nats-io/transport-node'
 import { createEngine, postgresStore } from '@oncely/server'
 import { createInbox } from '@oncely/server/inbox'
 import { consumeJetStreamMessage } from '@oncely/server/nats'
+import { pullNext } from '@oncely/test-support'
 import pg from 'pg'
 
 const dieAfter = Number(process.env.DIE_AFTER_COMMITS ?? 0)
@@ -30,7 +31,7 @@ process.once('SIGTERM', () => {
 process.stdout.write('ready\n')
 let committed = 0
 while (!stopping) {
-  const msg = await consumer.next({ expires: 1_000 })
+  const msg = await pullNext(consumer, 1_000)
   if (!msg) continue
   const id = msg.headers?.get('Nats-Msg-Id') ?? ''
   if (dieAfter > 0 && committed + 1 === dieAfter) {
