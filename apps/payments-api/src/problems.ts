@@ -6,7 +6,7 @@ import type { Socket } from 'node:net'
 import { PROBLEM_CONTENT_TYPE, type ProblemDetails } from '@oncely/protocol'
 import type { HandlerResponse } from '@oncely/server'
 import type { FastifyInstance, FastifyReply } from 'fastify'
-import { CardDeclinedError } from './provider.js'
+import { CardDeclinedError, ProviderKeyReusedError } from './provider.js'
 
 /** The demo's error codes, with their status and title. */
 export const DEMO_PROBLEMS = {
@@ -14,6 +14,7 @@ export const DEMO_PROBLEMS = {
   invalid_request: { status: 400, title: 'Request body is invalid' },
   payment_declined: { status: 402, title: 'The payment was declined' },
   card_declined: { status: 402, title: 'The card was declined' },
+  provider_key_reused: { status: 422, title: 'The payment provider refused a reused key' },
   not_found: { status: 404, title: 'Not found' },
   provider_unavailable: { status: 503, title: 'The payment provider is temporarily unavailable' },
   starting: { status: 503, title: 'The service is starting' },
@@ -32,9 +33,20 @@ export function demoProblem(
   return { type: `urn:oncely:demo:problem:${code}`, title, status, detail, code, ...extensions }
 }
 
-/** The problem a thrown business error stands for (a refused card), or undefined for any other error. */
+/**
+ * The problem a thrown business error stands for (a refused card, a provider key reused for another payment), or
+ * undefined for any other error.
+ */
 export function problemOfError(error: unknown): ProblemDetails | undefined {
   if (error instanceof CardDeclinedError) return demoProblem('card_declined', error.message)
+  // The charge's provider key derives from the idempotency key: this key already paid for another amount or
+  // currency, before it expired here. The provider's own message names its key, which is not the client's business.
+  if (error instanceof ProviderKeyReusedError) {
+    return demoProblem(
+      'provider_key_reused',
+      'This idempotency key was used for a payment of another amount or currency; send a new payment with a new key.',
+    )
+  }
   return undefined
 }
 

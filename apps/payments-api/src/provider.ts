@@ -73,9 +73,13 @@ export class CardDeclinedError extends Error {
   }
 }
 
-/** The same key was sent again with a different amount or currency: a caller bug, as with a real provider. */
+/**
+ * The same key was sent again with a different amount or currency: a caller bug, as with a real provider. Final, like
+ * a decline: the same request would be refused again. Carries its HTTP status, 422.
+ */
 export class ProviderKeyReusedError extends Error {
   override name = 'ProviderKeyReusedError' as const
+  readonly statusCode = 422
 }
 
 /** Options of {@link createProvider}. */

@@ -64,14 +64,26 @@ describe('a retry after its key expired', () => {
     expect(await count(db.pool, 'outbox', ['aggregate_id', first.json().id])).toBe(1)
   })
 
-  it('with another amount is refused by the provider, and books nothing', async () => {
+  it('with another amount is refused by the provider: a stored 422 that a retry replays, and nothing booked', async () => {
+    // Regression: the provider's refusal was a retryable 500, so a client retrying it ran the payment again and again
+    // and the key never finished.
     const tenant = `t${randomUUID().slice(0, 8)}`
     const key = randomUUID()
     const first = await pay(app, { amount: 100, currency: 'eur' }, { tenant, key })
     expect(first.statusCode).toBe(201)
     await expired(tenant, key)
     const late = await pay(app, { amount: 999, currency: 'eur' }, { tenant, key })
-    expect(late.statusCode).toBe(500)
+    expect(late.statusCode).toBe(422)
+    expect(late.json()).toMatchObject({ code: 'provider_key_reused', status: 422 })
+    const again = await pay(app, { amount: 999, currency: 'eur' }, { tenant, key })
+    expect(again.statusCode).toBe(422)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.json()).toEqual(late.json())
+    const { rows } = await db.pool.query(
+      'SELECT status FROM oncely.idempotency_keys WHERE scope = $1 AND key = $2',
+      [tenant, key],
+    )
+    expect(rows).toEqual([{ status: 'failed_permanent' }])
     expect(await count(db.pool, 'payments', ['tenant_id', tenant])).toBe(1)
     expect(await count(db.pool, 'provider_charges', ['tenant_id', tenant])).toBe(1)
   })

@@ -171,8 +171,21 @@ interface Intent {
 const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b)
 const scoped = (tenant: string, name: string | null) => `${tenant}\u0000${name ?? ''}`
 
+/** What the checker knows of the run beyond its history. */
+export interface CheckOptions {
+  /**
+   * How long the server keeps a finished key (`--retention`). A probe sent this long after its original was first
+   * sent may find the key expired and run as a new request. Without it, no probe is taken to have.
+   */
+  retentionMs?: number
+}
+
 /** Checks a history against the final ledger. Pure: same inputs, same verdict. */
-export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResult {
+export function check(
+  history: readonly HistoryEvent[],
+  db: FinalDb,
+  options: CheckOptions = {},
+): CheckResult {
   const intents = collectIntents(history)
   const violations: Violation[] = []
   const classes: Record<string, IntentClass> = {}
@@ -214,6 +227,7 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
     (row) => scoped(row.tenantId, row.reference ?? lostCharges.get(scoped(row.tenantId, row.id)) ?? null),
   )
   const keyRows = new Map(db.keys.map((row) => [scoped(row.tenantId, row.key), row]))
+  const takenByProbe = keysTakenByChangedPayload(intents, keyRows, options.retentionMs)
   const pending = pendingAfterDrain(history)
   const claimed = new Set<string>()
   const keyAcks = new Map<string, Array<{ ack: ObservedResponse; intent: Intent }>>()
@@ -281,12 +295,12 @@ export function check(history: readonly HistoryEvent[], db: FinalDb): CheckResul
       }
     }
 
+    const group = scoped(intent.tenant, intent.key)
     if (kind !== 'changed-payload') {
-      const group = scoped(intent.tenant, intent.key)
       keyAcks.set(group, [...(keyAcks.get(group) ?? []), ...acks.map((ack) => ({ ack, intent }))])
     }
-    const keyRow = keyRows.get(scoped(intent.tenant, intent.key))
-    if (keyRow && keyRow.responseStatus !== null && kind !== 'changed-payload') {
+    const keyRow = keyRows.get(group)
+    if (keyRow && keyRow.responseStatus !== null && kind !== 'changed-payload' && !takenByProbe.has(group)) {
       const expected = { status: keyRow.responseStatus, body: keyRow.responseBody }
       for (const ack of acks.filter((a) => !same(a, expected))) {
         violations.push({
@@ -463,16 +477,46 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
  * When the attempt that an answer came from was sent, by the worker's clock: the intent's last attempt sent before
  * the answer was received. Undefined for histories without those times.
  */
+/**
+ * Keys whose final row a `changed-payload` probe wrote. A probe that kept retrying while its original held the key
+ * can outlive the key's retention; its next attempt is then a new request on the expired key, which the demo's
+ * provider refuses with a final 422 that the key stores (its step key was first used for another amount). The key's
+ * row is then the probe's, and the original's answers are no longer what it stores. Only a probe whose answer is
+ * what the key stores, from an attempt sent once the key can have expired (the retention after its original was
+ * first sent, which is no later than the key's creation), counts: a key overwritten while live is still reported.
+ */
+function keysTakenByChangedPayload(
+  intents: Map<string, Intent>,
+  keyRows: Map<string, KeyRow>,
+  retentionMs: number | undefined,
+): Set<string> {
+  const taken = new Set<string>()
+  if (retentionMs === undefined) return taken
+  for (const probe of intents.values()) {
+    if (probe.invoke.kind !== 'changed-payload' || probe.invoke.of === undefined) continue
+    const group = scoped(probe.tenant, probe.key)
+    const row = keyRows.get(group)
+    const answer = settlement(probe)
+    const original = intents.get(probe.invoke.of)
+    if (!row || row.responseStatus === null || !answer || !original) continue
+    if (!same(answer, { status: row.responseStatus, body: row.responseBody })) continue
+    const firstSent = Math.min(...sendTimes(original))
+    const lastSent = Math.max(...sendTimes(probe))
+    if (Number.isFinite(firstSent) && lastSent >= firstSent + retentionMs) taken.add(group)
+  }
+  return taken
+}
+
+/** When each attempt of `intent` was sent, as recorded. */
+function sendTimes(intent: Intent): number[] {
+  return intent.events.flatMap((event) =>
+    event.type === 'attempt' && event.phase === 'invoke' && event.sentAt !== undefined ? [event.sentAt] : [],
+  )
+}
+
 function attemptSendTimes(intents: Map<string, Intent>): (event: AckEvent) => number | undefined {
   const sends = new Map<string, number[]>()
-  for (const intent of intents.values()) {
-    const times = intent.events.flatMap((event) =>
-      event.type === 'attempt' && event.phase === 'invoke' && event.sentAt !== undefined
-        ? [event.sentAt]
-        : [],
-    )
-    sends.set(intent.id, times)
-  }
+  for (const intent of intents.values()) sends.set(intent.id, sendTimes(intent))
   return (event) => {
     const received = event.type === 'intent' ? event.receivedAt : undefined
     if (received === undefined) return undefined

@@ -721,7 +721,7 @@ export async function run(
 
     const finalDb = await readFinalDb(db.pool, { providerDb: provider.pool })
     const faults = injectedFaults(history.events)
-    const result = check(history.events, finalDb)
+    const result = check(history.events, finalDb, { retentionMs: options.retentionMs })
     const report = buildReport({
       options,
       result,

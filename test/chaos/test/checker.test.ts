@@ -26,6 +26,10 @@ function history() {
         ...(extra.of ? { of: extra.of } : {}),
       })
     },
+    /** An attempt sent at `sentAt`. */
+    send(intent: string, attempt: number, sentAt: number, key = `k-${intent}`) {
+      return add({ type: 'attempt', phase: 'invoke', process: 'worker-1', intent, key, attempt, sentAt })
+    },
     attempt(intent: string, attempt: number, response?: ObservedResponse, key = `k-${intent}`) {
       return add({
         type: 'attempt',
@@ -227,23 +231,41 @@ describe('check: valid histories', () => {
     expect(result.classes).toEqual({ i1: 'ok', p1: 'ok' })
   })
 
-  it('accepts a changed payload that met an expired key: refused by the provider (500), nothing booked', () => {
+  /**
+   * A changed-payload probe that outlived its original's key (sent `probeSentAt` ms after the original): its last
+   * attempt ran as a new request and the provider refused it with a final 422, which the key now stores.
+   */
+  function changedPayloadOnExpiredKey(probeSentAt: number) {
     const h = history()
     const row = payment('i1', 1)
+    const refused = { status: 422, body: { code: 'provider_key_reused' } }
     h.invoke('i1', body('i1'))
+    h.send('i1', 1, 0)
     h.settle('i1', 'ok', created(row))
     h.invoke(
       'p1',
       { amount: 99, currency: 'eur', reference: 'p1' },
       { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
     )
-    h.attempt('p1', 1, { status: 500, body: { code: 'internal' } }, 'k-i1')
-    h.settle('p1', 'info', undefined, 'k-i1')
+    h.send('p1', 1, probeSentAt, 'k-i1')
+    h.settle('p1', 'fail', refused, 'k-i1')
     const db = ledger([row])
-    db.keys = [{ ...db.keys[0]!, state: 'failed_retryable', responseStatus: null, responseBody: null }]
-    const result = check(h.events, db)
+    db.keys = [{ ...db.keys[0]!, state: 'failed_permanent', responseStatus: 422, responseBody: refused.body }]
+    return { h, db }
+  }
+
+  it('accepts a changed payload that met an expired key: a stored 422 from the provider, nothing booked', () => {
+    const { h, db } = changedPayloadOnExpiredKey(45_000)
+    const result = check(h.events, db, { retentionMs: 45_000 })
     expect(result.violations).toEqual([])
-    expect(result.classes.p1).toBe('aborted')
+    expect(result.classes.p1).toBe('ok')
+  })
+
+  it("reports a changed payload that overwrote a key before it could expire: the original's answer is gone", () => {
+    const { h, db } = changedPayloadOnExpiredKey(44_000)
+    expect(rules(check(h.events, db, { retentionMs: 45_000 }))).toEqual(['ack-differs-from-stored'])
+    // Without the retention, no probe is taken to have met an expired key.
+    expect(rules(check(h.events, changedPayloadOnExpiredKey(45_000).db))).toEqual(['ack-differs-from-stored'])
   })
 
   it('takes the key from the first attempt when the SDK derived it after the invoke', () => {
