@@ -242,23 +242,30 @@ describe('dispatcher', () => {
     const t = topic()
     const [id] = await enqueueCommitted([{ topic: t, payload: 1, aggregateKey: t }])
     const crashed = recorder()
+    // A lease long enough that a loaded machine cannot outlast it between the crash and the check that it holds.
+    const leaseMs = 2_000
     const first = createDispatcherForTesting({
       pool: db.pool,
       publisher: crashed,
-      leaseMs: 300,
+      leaseMs,
       hooks: {
         afterPublish: () => {
           throw new Error('crash')
         },
       },
     })
+    const claimedAfter = Date.now()
     await first.dispatchOnce()
     expect(crashed.seen.map((m) => m.id)).toEqual([id])
     const second = recorder()
-    const takeover = createDispatcher({ pool: db.pool, publisher: second, leaseMs: 300 })
+    const takeover = createDispatcher({ pool: db.pool, publisher: second, leaseMs })
     expect(await takeover.dispatchOnce()).toBe(0) // still leased
-    await sleep(400)
-    await takeover.dispatchOnce()
+    await waitFor('the takeover once the lease ran out', async () => {
+      await takeover.dispatchOnce()
+      return second.seen.some((m) => m.topic === t)
+    })
+    // Not before the lease ran out (less a little for Postgres's clock against this process's).
+    expect(Date.now() - claimedAfter).toBeGreaterThanOrEqual(leaseMs - 50)
     expect(second.seen.filter((m) => m.topic === t)).toMatchObject([{ id, attempt: 2 }])
     expect(await rowsOf(t)).toMatchObject([{ status: 'published', attempts: 2 }])
   })
