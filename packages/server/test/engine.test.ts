@@ -278,8 +278,10 @@ describe('7. crashes and pauses', () => {
   it('gives the key to the next attempt after a crash: the row protocol once the lease ran out, the lock protocol at once', async () => {
     const key = freshKey()
     const crash = new Error('crash after the reservation')
+    // Long enough that a loaded machine cannot outlast it between the crash and the check that the key is held.
+    const leaseMs = 1_000
     const crashing = engineFor(db.pool, {
-      leaseMs: 300,
+      leaseMs,
       hooks: {
         afterReserve: () => {
           throw crash
@@ -287,10 +289,10 @@ describe('7. crashes and pauses', () => {
       },
     })
     await expect(crashing.engine.execute(input(key))).rejects.toBe(crash)
-    const { engine, events } = engineFor(db.pool, { leaseMs: 300 })
+    const { engine, events } = engineFor(db.pool, { leaseMs })
     if (row) {
       expect(await engine.execute(input(key))).toMatchObject({ kind: 'in_progress' })
-      await sleep(350)
+      await sleep(leaseMs + 50)
       expect(await engine.execute(input(key))).toMatchObject({ kind: 'executed', attempt: 2 })
       expect(events.some((e) => e.type === 'takeover')).toBe(true)
     } else {
