@@ -5,7 +5,8 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import type { TestDatabase } from '@oncely/test-support'
-import { spawnTsx } from '@oncely/test-support'
+import { countingProxy, spawnTsx } from '@oncely/test-support'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { engineFor, freshKey, paymentsFor, payRequest, reservation, setupDatabase, sleep } from './helpers.js'
 
@@ -76,6 +77,43 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
       expect(await engine.execute(payRequest('busy', key))).toMatchObject({ kind: 'in_progress' })
       expect(await busy).toMatchObject({ kind: 'executed' })
       expect(await paymentsFor(db.pool, key)).toBe(0)
+    },
+  )
+
+  // Regression: each keep-alive tick queued another statement behind the handler's, so a statement of a few leases
+  // piled them up on the connection (and node-postgres warns that such queueing is going away in pg 9).
+  it.runIf(reservation === 'lock')(
+    'sends one keep-alive at a time: none piles up behind a handler statement longer than the lease',
+    async () => {
+      const proxy = await countingProxy(db.url)
+      const pool = new pg.Pool({ connectionString: proxy.url, max: 2 })
+      pool.on('error', () => {})
+      try {
+        const leaseMs = 300
+        const { engine } = engineFor(pool, { leaseMs, replayCache: false })
+        const statementsOf = async (seconds: number) => {
+          const before = proxy.counts().statements
+          const result = await engine.execute(
+            payRequest('busy', freshKey(), {
+              handler: async (ctx) => {
+                await ctx.tx.query('SELECT pg_sleep($1)', [seconds])
+                return { status: 201, body: { slept: seconds } }
+              },
+            }),
+          )
+          expect(result).toMatchObject({ kind: 'executed' })
+          return proxy.counts().statements - before
+        }
+        await statementsOf(0) // prepares the engine's statements on the connection
+        const quick = await statementsOf(0)
+        // Five leases: a keep-alive is due every lease / 3, so fifteen would have queued.
+        const busy = await statementsOf((5 * leaseMs) / 1000)
+        // One waits behind the statement, and one more may go out between its end and the completion.
+        expect(busy - quick).toBeLessThanOrEqual(2)
+      } finally {
+        await pool.end()
+        await proxy.close()
+      }
     },
   )
 })

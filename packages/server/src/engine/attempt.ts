@@ -58,6 +58,8 @@ export class Attempt<Tx, C extends Claim<Tx>> {
   #broken: Error | undefined
   #keepAlive: ReturnType<typeof setTimeout> | undefined
   #renewing = false
+  /** A keep-alive statement was sent and has not been answered yet. */
+  #keepingAlive = false
   /** When the event loop last kept the lease (at first: when the reservation was sent). */
   #beat: number
   /**
@@ -344,8 +346,18 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       return
     }
     this.#beat = now
-    // Queued behind any statement of the handler's; an error (an aborted transaction) says nothing new.
-    session.run([KEEP_ALIVE]).catch(() => {})
+    // Queued behind any statement of the handler's, so one at a time: while one still waits, the connection is busy
+    // and not idle, and a handler statement of many leases would otherwise pile them up on it. An error (an aborted
+    // transaction) says nothing new.
+    if (!this.#keepingAlive) {
+      this.#keepingAlive = true
+      session
+        .run([KEEP_ALIVE])
+        .catch(() => {})
+        .finally(() => {
+          this.#keepingAlive = false
+        })
+    }
     // On one connection nothing else reaches the key while this transaction holds it: nothing to renew.
     if (!this.#renewing && !this.#env.database.oneConnection) {
       this.#renewing = true
