@@ -6,12 +6,14 @@ import { isUniqueViolation } from '../backstop.js'
 import { quoteLiteral, type TableNames } from './identifiers.js'
 import {
   bind,
+  columns,
   FENCE_MARKER,
+  type Field,
   headersValue,
   ID_TYPES,
   idValues,
   KEEP_RECOVERY_POINT,
-  LOOKUP_COLUMNS,
+  LOOKUP_FIELDS,
   type LookupRow,
   leaseGuard,
   ms,
@@ -39,42 +41,33 @@ const onKeysShard = (names: TableNames) =>
   `FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM ${names.qualified}
   WHERE ${PK} LIMIT 0) AS on_keys_shard ON true`
 
-/** The key's row as the lock protocol reads it; `version` identifies the row version for the finishing fence. */
+/** What the lock protocol reads about a key's row; `version` identifies the row version for the finishing fence. */
+const LOCKED_FIELDS = [
+  ...LOOKUP_FIELDS,
+  ['attempts', 'attempts'],
+  ['recovery_point', 'recovery_point'],
+  ['lock_token', 'lock_token::text'],
+  ['version', 'updated_at::text'],
+] as const satisfies readonly Field[]
+
+/** The key's row as the lock protocol reads it. */
 const lockedRow = (names: TableNames) =>
-  `SELECT ${LOOKUP_COLUMNS}, attempts, recovery_point, lock_token::text AS lock_token, updated_at::text AS version
-  FROM ${names.qualified} WHERE ${PK}`
+  `SELECT ${columns(LOCKED_FIELDS)} FROM ${names.qualified} WHERE ${PK}`
 
 /**
- * The key's row as the lock protocol's lookup sends it: one text column holding a JSON array of {@link lockedRow}'s
- * values, in {@link PACKED_FIELDS}' order (the body as base64), or no row. A row description costs a new key, which
+ * The key's row as the lock protocol's lookup sends it: one text column holding a JSON array of
+ * {@link LOCKED_FIELDS}' values, in order (the body as base64), or no row. A row description costs a new key, which
  * has no row, as much as a found one: thirteen field descriptors (about 240 bytes) sent and parsed per request,
  * against one. Text, not json, so that every datasource hands it over alike, to be read by {@link unpackLockedRow}.
  */
 const packedLockedRow = (names: TableNames) =>
-  `SELECT json_build_array(fingerprint, status, expires_at <= now(),
-  (extract(epoch FROM (expires_at - now())) * 1000)::float8,
-  greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8,
-  (extract(epoch FROM (now() - updated_at)) * 1000)::float8,
-  response_status, response_headers, encode(response_body, 'base64'), attempts, recovery_point, lock_token::text,
-  updated_at::text)::text AS r
+  `SELECT json_build_array(${LOCKED_FIELDS.map(([name, expression]) =>
+    name === 'response_body' ? `encode(${expression}, 'base64')` : expression,
+  ).join(', ')})::text AS r
   FROM ${names.qualified} WHERE ${PK}`
 
-/** The fields of {@link packedLockedRow}'s array, in order. */
-const PACKED_FIELDS = [
-  'fingerprint',
-  'status',
-  'expired',
-  'expires_in_ms',
-  'lease_remaining_ms',
-  'held_ms',
-  'response_status',
-  'response_headers',
-  'response_body',
-  'attempts',
-  'recovery_point',
-  'lock_token',
-  'version',
-] as const
+/** The field names of {@link packedLockedRow}'s array, in order. */
+const PACKED_FIELDS = LOCKED_FIELDS.map(([name]) => name)
 
 /** The row of {@link packedLockedRow} (its `r` column), or undefined when the key has none. */
 export function unpackLockedRow(

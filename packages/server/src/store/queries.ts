@@ -64,11 +64,27 @@ export const headersValue = (headers: Record<string, string> | null): string | n
  * pooler's survive them).
  */
 export const SERVER = 'extract(epoch FROM pg_postmaster_start_time())::float8 AS server'
-export const LOOKUP_COLUMNS = `fingerprint, status, expires_at <= now() AS expired,
-  (extract(epoch FROM (expires_at - now())) * 1000)::float8 AS expires_in_ms,
-  greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8 AS lease_remaining_ms,
-  (extract(epoch FROM (now() - updated_at)) * 1000)::float8 AS held_ms,
-  response_status, response_headers, response_body`
+/** A field a statement reads about a key's row: its name and the SQL expression over the row that computes it. */
+export type Field = readonly [name: string, expression: string]
+
+/** What a lookup reads about a key's row ({@link LookupRow}), in order. */
+export const LOOKUP_FIELDS = [
+  ['fingerprint', 'fingerprint'],
+  ['status', 'status'],
+  ['expired', 'expires_at <= now()'],
+  ['expires_in_ms', '(extract(epoch FROM (expires_at - now())) * 1000)::float8'],
+  ['lease_remaining_ms', 'greatest(0, ceil(extract(epoch FROM (locked_until - now())) * 1000))::float8'],
+  ['held_ms', '(extract(epoch FROM (now() - updated_at)) * 1000)::float8'],
+  ['response_status', 'response_status'],
+  ['response_headers', 'response_headers'],
+  ['response_body', 'response_body'],
+] as const satisfies readonly Field[]
+
+/** `fields` as a select list, each under its name. */
+export const columns = (fields: readonly Field[]): string =>
+  fields.map(([name, expression]) => (name === expression ? name : `${expression} AS ${name}`)).join(', ')
+
+export const LOOKUP_COLUMNS = columns(LOOKUP_FIELDS)
 
 export const ms = (param: string) => `(${param}::float8 * interval '1 millisecond')`
 
