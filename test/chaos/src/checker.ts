@@ -3,8 +3,8 @@
  * what clients were told and what the ledger holds, so the same inputs always give the same verdict.
  *
  * Effects are tied to intents by `(tenant, reference)`: the generator sets each request's `reference` to its
- * intent id (`reordered` and `expired-replay` probes keep their original's reference; a `changed-payload` probe gets
- * its own).
+ * intent id (`reordered` and `expired-replay` probes keep their original's reference; `changed-payload` and
+ * `expired-changed-payload` probes get their own).
  */
 import { canonicalJson } from '@oncely/protocol'
 import type {
@@ -13,6 +13,7 @@ import type {
   FaultEvent,
   HistoryEvent,
   IntentEvent,
+  IntentKind,
   ObservedResponse,
 } from './history.js'
 import { checkLiveness, type LivenessRule, type LivenessSummary } from './liveness.js'
@@ -127,6 +128,7 @@ export type Rule =
   | 'effect-differs-from-request'
   | 'outbox-mismatch'
   | 'payload-mismatch-accepted'
+  | 'refusal-not-final'
   | 'unsettled-intent'
   | 'key-in-flight'
   | 'stored-response-without-effect'
@@ -258,8 +260,11 @@ export function check(
     const paid = payments.get(ref) ?? []
     const charged = charges.get(ref) ?? []
     const kind = intent.invoke.kind ?? 'normal'
+    // A probe with another amount on its original's key: refused, whether the key lives (422 from the fingerprint)
+    // or expired (422 from the provider, stored); it has its own reference, so any effect of it is an effect too many.
+    const changed = changesPayload(kind)
     // Reordered and expired-replay probes share their original's effect; only the original answers for its count.
-    const ownsEffect = kind === 'normal' || kind === 'changed-payload' || kind === 'saturation'
+    const ownsEffect = kind === 'normal' || changed || kind === 'saturation'
 
     if (ownsEffect && paid.length > 1) {
       violations.push({ ...base, rule: 'duplicate-payment', message: `${paid.length} payments`, rows: paid })
@@ -284,7 +289,16 @@ export function check(
       }
     }
 
-    if (kind === 'changed-payload') {
+    // Sent again until it got a final answer after the faults healed (see settle): a request the server can never
+    // serve must be refused for good, or a client retries it for ever.
+    if (kind === 'expired-changed-payload' && !definite) {
+      violations.push({
+        ...base,
+        rule: 'refusal-not-final',
+        message: 'a key reused with another amount after it expired got no final answer (expected 422)',
+      })
+    }
+    if (changed) {
       const wrong = responses.filter((r) => r.status !== 422 && (isStoredOutcome(r.status) || r === definite))
       if (wrong.length > 0) {
         violations.push({
@@ -296,11 +310,11 @@ export function check(
     }
 
     const group = scoped(intent.tenant, intent.key)
-    if (kind !== 'changed-payload') {
+    if (!changed) {
       keyAcks.set(group, [...(keyAcks.get(group) ?? []), ...acks.map((ack) => ({ ack, intent }))])
     }
     const keyRow = keyRows.get(group)
-    if (keyRow && keyRow.responseStatus !== null && kind !== 'changed-payload' && !takenByProbe.has(group)) {
+    if (keyRow && keyRow.responseStatus !== null && !changed && !takenByProbe.has(group)) {
       const expected = { status: keyRow.responseStatus, body: keyRow.responseBody }
       for (const ack of acks.filter((a) => !same(a, expected))) {
         violations.push({
@@ -328,7 +342,7 @@ export function check(
       }
     }
     const refused = definite !== undefined && !(definite.status >= 200 && definite.status < 300)
-    const effectAfterFailure = ownsEffect && paid.length > 0 && (refused || kind === 'changed-payload')
+    const effectAfterFailure = ownsEffect && paid.length > 0 && (refused || changed)
     if (effectAfterFailure) {
       violations.push({
         ...base,
@@ -477,9 +491,15 @@ function collectIntents(history: readonly HistoryEvent[]): Map<string, Intent> {
  * When the attempt that an answer came from was sent, by the worker's clock: the intent's last attempt sent before
  * the answer was received. Undefined for histories without those times.
  */
+/** Whether a probe of `kind` sends its original's key with another amount. */
+function changesPayload(kind: IntentKind): boolean {
+  return kind === 'changed-payload' || kind === 'expired-changed-payload'
+}
+
 /**
- * Keys whose final row a `changed-payload` probe wrote. A probe that kept retrying while its original held the key
- * can outlive the key's retention; its next attempt is then a new request on the expired key, which the demo's
+ * Keys whose final row a probe with another amount wrote: an `expired-changed-payload` probe, sent once the key
+ * expired, or a `changed-payload` probe that kept retrying while its original held the key and outlived the key's
+ * retention. Its attempt is then a new request on the expired key, which the demo's
  * provider refuses with a final 422 that the key stores (its step key was first used for another amount). The key's
  * row is then the probe's, and the original's answers are no longer what it stores. Only a probe whose answer is
  * what the key stores, from an attempt sent once the key can have expired (the retention after its original was
@@ -493,7 +513,7 @@ function keysTakenByChangedPayload(
   const taken = new Set<string>()
   if (retentionMs === undefined) return taken
   for (const probe of intents.values()) {
-    if (probe.invoke.kind !== 'changed-payload' || probe.invoke.of === undefined) continue
+    if (!changesPayload(probe.invoke.kind ?? 'normal') || probe.invoke.of === undefined) continue
     const group = scoped(probe.tenant, probe.key)
     const row = keyRows.get(group)
     const answer = settlement(probe)

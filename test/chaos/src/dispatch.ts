@@ -23,6 +23,7 @@ export const PROBE_FAULTS = {
   'changed-payload': 'changed-payload',
   reordered: 'reordered-payload',
   'expired-replay': 'expired-replay',
+  'expired-changed-payload': 'expired-changed-payload',
 } as const satisfies Record<ProbeIntentKind, string>
 /** `send` now, `wait` for a later turn, or `never` (its key can no longer be what the probe needs). */
 export type Readiness = 'send' | 'wait' | 'never'

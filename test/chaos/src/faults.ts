@@ -43,6 +43,7 @@ export const FAULT_KINDS = [
   'changed-payload',
   'reordered-payload',
   'expired-replay',
+  'expired-changed-payload',
 ] as const
 
 /** Every fault kind a run may name. */

@@ -8,8 +8,10 @@
  * order (canonically equal, so it must get the original's stored response); an `expired-replay` probe sends the
  * original body again once the original's key has expired (the driver waits for that), so the server treats it as a
  * new request and only the ledger's natural key stands between it and a second payment. It must get the original's
- * answer. An original is the target of at most one `expired-replay` probe, and of no other probe after it (a later
- * probe would renew the key the replay needs expired).
+ * answer. An `expired-changed-payload` probe waits the same way but changes the amount and gets its own reference: a
+ * new request to the server too, which the provider refuses for good (the key's charge was for another amount), so
+ * it must be answered 422, stored, and leave nothing behind. An original is the target of at most one probe that
+ * needs its key expired, and of no other probe after it (a later probe would renew the key that one needs expired).
  */
 import { TEST_CARDS } from '@oncely/payments-api/src/provider.ts'
 import type { IntentKind, PaymentBody } from './history.js'
@@ -38,6 +40,8 @@ export interface PlanOptions {
   reorderedRate?: number
   /** Share of intents that are `expired-replay` probes. @default 0.03 */
   expiredReplayRate?: number
+  /** Share of intents that are `expired-changed-payload` probes. @default 0.01 */
+  expiredChangedPayloadRate?: number
   /** Share of normal intents whose amount is above 1,000,000, which the provider declines (402). @default 0.05 */
   declineRate?: number
 }
@@ -53,16 +57,18 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
   const changedRate = options.changedPayloadRate ?? 0.05
   const reorderedRate = options.reorderedRate ?? 0.05
   const expiredRate = options.expiredReplayRate ?? 0.03
+  const expiredChangedRate = options.expiredChangedPayloadRate ?? 0.01
   const declineRate = options.declineRate ?? 0.05
   const plan: PlannedIntent[] = []
   const originals: PlannedIntent[] = []
-  // Originals that no probe targeted yet (an expired-replay needs one), and those an expired-replay took.
+  // Originals that no probe targeted yet (a probe that needs an expired key takes one, and no probe after it).
   const unprobed = new Set<PlannedIntent>()
   // Each enabled probe kind at least once, early (once a few originals exist), so a short run probes each.
   const owed = new Set<IntentKind>()
   if (changedRate > 0) owed.add('changed-payload')
   if (reorderedRate > 0) owed.add('reordered')
   if (expiredRate > 0) owed.add('expired-replay')
+  if (expiredChangedRate > 0) owed.add('expired-changed-payload')
   for (let n = 1; n <= options.intents; n++) {
     const id = `i${String(n).padStart(5, '0')}`
     const draw = random.next()
@@ -75,23 +81,26 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
           ? 'reordered'
           : draw < changedRate + reorderedRate + expiredRate
             ? 'expired-replay'
-            : 'normal')
-    const candidates = kind === 'expired-replay' ? [...unprobed] : originals
+            : draw < changedRate + reorderedRate + expiredRate + expiredChangedRate
+              ? 'expired-changed-payload'
+              : 'normal')
+    const needsExpiry = needsExpiredKey(kind)
+    const candidates = needsExpiry ? [...unprobed] : originals
     const original = candidates.length > 0 ? random.pick(candidates) : undefined
     if (!original) kind = 'normal'
     owed.delete(kind)
     if (original && kind !== 'normal') {
       unprobed.delete(original)
-      if (kind === 'expired-replay') originals.splice(originals.indexOf(original), 1)
+      if (needsExpiry) originals.splice(originals.indexOf(original), 1)
     }
     if (original && kind === 'expired-replay') {
       plan.push({ ...probe(id, original, 'expired-replay'), body: { ...original.body } })
       continue
     }
-    if (original && kind === 'changed-payload') {
+    if (original && (kind === 'changed-payload' || kind === 'expired-changed-payload')) {
       const amount = original.body.amount === 1 ? 2 : original.body.amount - 1
       plan.push({
-        ...probe(id, original, 'changed-payload'),
+        ...probe(id, original, kind),
         body: { amount, currency: original.body.currency, reference: id },
       })
       continue
@@ -117,6 +126,11 @@ export function planIntents(random: Random, options: PlanOptions): PlannedIntent
     unprobed.add(intent)
   }
   return plan
+}
+
+/** Whether a probe of `kind` is sent only once its original's key has expired. */
+export function needsExpiredKey(kind: IntentKind): boolean {
+  return kind === 'expired-replay' || kind === 'expired-changed-payload'
 }
 
 /** Each worker is one device of one tenant: the SDK resolves credentials per client, not per intent. */

@@ -32,7 +32,9 @@ export interface ObservedResponse {
  * `changed-payload` with a different body (the server must answer 422 and do nothing), `reordered` with the same
  * body, members in another order (canonically equal, so it must replay the stored response), `expired-replay` with
  * the same body once the key has expired (a new request to the server, which must still answer as it did the first
- * time and book nothing new), `failover-replay` with the same body right after a failover (the driver sends one for
+ * time and book nothing new), `expired-changed-payload` with another amount once the key has expired (a new request
+ * that the provider refuses, since the key's charge was for another amount: it must be answered 422, stored, and book
+ * nothing), `failover-replay` with the same body right after a failover (the driver sends one for
  * each intent acknowledged just before it: the key and its effect must have survived together or been lost together).
  * `saturation` intents are the pool-saturating bursts of the nemesis: fresh keys, sent by the driver straight to one
  * instance, each answered within a bound (see {@link AttemptEvent.boundMs}).
@@ -42,6 +44,7 @@ export type IntentKind =
   | 'changed-payload'
   | 'reordered'
   | 'expired-replay'
+  | 'expired-changed-payload'
   | 'failover-replay'
   | 'saturation'
 

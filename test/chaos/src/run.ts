@@ -20,7 +20,7 @@ import pg from 'pg'
 import { check, FAILOVER_MARGIN_MS } from './checker.js'
 import { type Command, dispatch, PROBE_FAULTS, type ProbeIntentKind, type Readiness } from './dispatch.js'
 import { NETWORK_FAULTS, SERVER_CRASH_POINTS, WORKER_CRASH_POINTS } from './faults.js'
-import { type PlannedIntent, planBurst, planIntents } from './generator.js'
+import { needsExpiredKey, type PlannedIntent, planBurst, planIntents } from './generator.js'
 import { startHealthMonitor } from './health-monitor.js'
 import { HistoryWriter, type NewEvent, type ReportedEvent } from './history.js'
 import { IntentTracker } from './in-flight.js'
@@ -412,6 +412,7 @@ export async function run(
       changedPayloadRate: enabled.has('changed-payload') ? 0.05 : 0,
       reorderedRate: enabled.has('reordered-payload') ? 0.05 : 0,
       expiredReplayRate: enabled.has('expired-replay') ? 0.03 : 0,
+      expiredChangedPayloadRate: enabled.has('expired-changed-payload') ? 0.01 : 0,
     })
     const planned = new Map(plan.map((intent) => [intent.id, intent]))
     /** What each raw intent (a probe, a failover replay, a burst) was sent as, to send it again at the end. */
@@ -600,15 +601,15 @@ export async function run(
       for (const worker of workers) worker.send(JSON.stringify({ type: 'resume' }))
     }, RESUME_EVERY_MS)
     /**
-     * Whether a probe can go now. Its original must have settled (so the key is taken). An expired replay must
-     * also reach a key that no longer lives: the key that answered the original was reserved before it settled, so
+     * Whether a probe can go now. Its original must have settled (so the key is taken). A probe that needs an
+     * expired key (an expired replay, an expired changed payload) must also reach a key that no longer lives: the key that answered the original was reserved before it settled, so
      * it has expired once the retention has passed since; the table confirms it (or the reaper deleted the row).
      */
     const readiness = async (intent: PlannedIntent, final: boolean): Promise<Readiness> => {
       const key = keys.get(intent.of!)
       const settled = settledAt.get(intent.of!)
       if (!key || settled === undefined) return final ? 'never' : 'wait'
-      if (intent.kind !== 'expired-replay') return 'send'
+      if (!needsExpiredKey(intent.kind)) return 'send'
       if (Date.now() < settled + options.retentionMs) return 'wait'
       // The database may be restarting or failing over: ask again on a later turn.
       const alive = await db.pool
@@ -673,11 +674,11 @@ export async function run(
       await new Promise((r) => setTimeout(r, 2000))
     }
     // Probes whose original only settled in the drain (or whose key had not expired yet): those ready are sent now,
-    // so every run probes each kind it planned. Only when no expired replay could be sent during the fault phase do
-    // the late ones wait for their keys to expire (at most one retention), so the drain is not usually longer.
+    // so every run probes each kind it planned. Only when a kind that needs an expired key could not be sent during
+    // the fault phase do the late ones wait for their keys to expire (at most one retention), so the drain is not
+    // usually longer.
     if (late.length > 0) {
-      const awaitExpiry =
-        !probed.has('expired-replay') && late.some((intent) => intent.kind === 'expired-replay')
+      const awaitExpiry = late.some((intent) => needsExpiredKey(intent.kind) && !probed.has(intent.kind))
       const sent = await dispatch(late, {
         ...io,
         spacingMs: 50,

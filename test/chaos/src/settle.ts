@@ -1,7 +1,8 @@
 /**
  * The end of the drain, before the ledger is read: every intent the run started has ended, and the raw ones that
  * ended without a definite answer were sent again: a probe or a failover replay while its key is still held, a
- * burst's payment always (a client retries a payment it got no answer for, as the SDK's resume does for its own).
+ * burst's payment and an expired changed payload always (a client retries a payment it got no answer for, as the
+ * SDK's resume does for its own; and the latter must end refused, whatever the key's row says).
  * So a key still in progress afterwards (`key-in-flight`) is one that nobody could finish, not one whose request was
  * still retrying, or was abandoned, when the run ended.
  */
@@ -33,7 +34,12 @@ export async function settle(options: SettleOptions): Promise<void> {
   const held = await options.held()
   const again = tracker
     .withoutAnswer()
-    .filter((intent) => intent.kind === 'saturation' || held.has(`${intent.tenant}\u0000${intent.key}`))
+    .filter(
+      (intent) =>
+        intent.kind === 'saturation' ||
+        intent.kind === 'expired-changed-payload' ||
+        held.has(`${intent.tenant}\u0000${intent.key}`),
+    )
   if (again.length === 0) return
   log(`sending again what ended without an answer: ${again.map((i) => i.id).join(', ')}`)
   await Promise.all(again.map((intent) => options.sendAgain(intent)))

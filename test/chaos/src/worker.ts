@@ -32,7 +32,7 @@ type Command =
       type: 'probe'
       intent: string
       of: string
-      kind: 'changed-payload' | 'reordered' | 'expired-replay' | 'failover-replay'
+      kind: 'changed-payload' | 'reordered' | 'expired-replay' | 'expired-changed-payload' | 'failover-replay'
       key: string
       body: PaymentBody
       /** Sent again after it ended without a definite answer: no new invoke, attempts from `firstAttempt`. */

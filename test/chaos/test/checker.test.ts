@@ -261,6 +261,56 @@ describe('check: valid histories', () => {
     expect(result.classes.p1).toBe('ok')
   })
 
+  /** An expired-changed-payload probe of `i1`, sent once the key expired, answered `answer`. */
+  function expiredChangedPayload(answer: ObservedResponse) {
+    const h = history()
+    h.invoke('i1', body('i1'))
+    h.send('i1', 1, 0)
+    h.settle('i1', 'ok', created(payment('i1', 1)))
+    h.invoke(
+      'p1',
+      { amount: 99, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'expired-changed-payload', of: 'i1' },
+    )
+    h.send('p1', 1, 46_000, 'k-i1')
+    h.settle('p1', answer.status < 300 ? 'ok' : 'fail', answer, 'k-i1')
+    return h.events
+  }
+
+  it('accepts an expired-changed-payload probe answered with the stored 422, and reports one that booked a payment', () => {
+    const row = payment('i1', 1)
+    const refused = { status: 422, body: { code: 'provider_key_reused' } }
+    const db = ledger([row])
+    db.keys = [{ ...db.keys[0]!, state: 'failed_permanent', responseStatus: 422, responseBody: refused.body }]
+    expect(check(expiredChangedPayload(refused), db, { retentionMs: 45_000 }).violations).toEqual([])
+
+    // The server booked it instead (the provider charged the new amount under the old key).
+    const booked = payment('p1', 1, { amount: 99 })
+    const result = check(expiredChangedPayload(created(booked)), ledger([row, booked]), {
+      retentionMs: 45_000,
+    })
+    expect(rules(result)).toEqual(
+      expect.arrayContaining(['effect-after-failure', 'payload-mismatch-accepted']),
+    )
+  })
+
+  it('reports an expired-changed-payload probe that never got a final answer (a retryable refusal, retried for ever)', () => {
+    const h = history()
+    const row = payment('i1', 1)
+    h.invoke('i1', body('i1'))
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 99, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'expired-changed-payload', of: 'i1' },
+    )
+    h.attempt('p1', 1, { status: 500, body: { code: 'internal' } }, 'k-i1')
+    h.settle('p1', 'info', undefined, 'k-i1')
+    const db = ledger([row])
+    db.keys = [{ ...db.keys[0]!, state: 'failed_retryable', responseStatus: null, responseBody: null }]
+    expect(rules(check(h.events, db, { retentionMs: 45_000 }))).toEqual(['refusal-not-final'])
+  })
+
   it("reports a changed payload that overwrote a key before it could expire: the original's answer is gone", () => {
     const { h, db } = changedPayloadOnExpiredKey(44_000)
     expect(rules(check(h.events, db, { retentionMs: 45_000 }))).toEqual(['ack-differs-from-stored'])

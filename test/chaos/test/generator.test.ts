@@ -57,11 +57,24 @@ describe('planIntents', () => {
     }
   })
 
+  it('makes expired-changed-payload probes: another amount, their own reference, of an original no probe touches before or after', () => {
+    const intents = plan(5, 2_000)
+    const probes = intents.filter((i) => i.kind === 'expired-changed-payload')
+    expect(probes.length).toBeGreaterThan(3)
+    for (const p of probes) {
+      const original = intents.find((i) => i.id === p.of)!
+      expect([p.tenant, p.worker]).toEqual([original.tenant, original.worker])
+      expect(p.body.amount).not.toBe(original.body.amount)
+      expect(p.body.reference).toBe(p.id)
+      expect(intents.filter((i) => i.of === original.id)).toEqual([p])
+    }
+  })
+
   it('makes one probe of each enabled kind early, whatever the seed', () => {
     for (let seed = 0; seed < 50; seed++) {
       const intents = planIntents(createRandom(seed), { intents: 10, workers: 2 })
       expect(intents.map((i) => i.kind)).toEqual(
-        expect.arrayContaining(['changed-payload', 'reordered', 'expired-replay']),
+        expect.arrayContaining(['changed-payload', 'reordered', 'expired-replay', 'expired-changed-payload']),
       )
     }
     const none = planIntents(createRandom(1), {
@@ -70,6 +83,7 @@ describe('planIntents', () => {
       changedPayloadRate: 0,
       reorderedRate: 0,
       expiredReplayRate: 0,
+      expiredChangedPayloadRate: 0,
     })
     expect(none.every((i) => i.kind === 'normal')).toBe(true)
   })

@@ -48,7 +48,7 @@ describe('settle', () => {
     expect(answered).toBe(true)
   })
 
-  it('sends again a probe that ended without an answer while its key is held, and any such burst payment', async () => {
+  it('sends again a probe that ended without an answer while its key is held, any such burst payment and expired changed payload', async () => {
     const { tracker, invoke, attempt, end } = tracked()
     invoke('i00007', 'changed-payload')
     attempt('i00007', 4)
@@ -60,6 +60,10 @@ describe('settle', () => {
     invoke('s001-003', 'saturation')
     attempt('s001-003', 1)
     end('s001-003', 'info')
+    // Retried its whole budget on retryable answers: it must still end refused.
+    invoke('i00009', 'expired-changed-payload')
+    attempt('i00009', 9)
+    end('i00009', 'info')
     const again: TrackedIntent[] = []
     const lines: string[] = []
     await settle({
@@ -76,9 +80,10 @@ describe('settle', () => {
     expect(again.map((i) => [i.id, i.attempts])).toEqual([
       ['i00007', 4],
       ['s001-003', 1],
+      ['i00009', 9],
     ])
     expect(tracker.get('i00007')?.state).toBe('definite')
-    expect(lines).toEqual(['sending again what ended without an answer: i00007, s001-003'])
+    expect(lines).toEqual(['sending again what ended without an answer: i00007, s001-003, i00009'])
   })
 })
 
