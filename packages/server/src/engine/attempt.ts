@@ -115,7 +115,9 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     const { hooks, config } = this.#env
     const { attempt } = this.#claim
     const { tx } = this.#claim.session
-    await hooks.afterReserve?.({ ...this.#id, attempt, tx })
+    // The fault hooks are for tests (createEngineForTesting). Without one, no await: awaiting undefined still
+    // allocates a promise and resumes a tick later.
+    if (hooks.afterReserve) await hooks.afterReserve({ ...this.#id, attempt, tx })
     let response: StoredResponse
     try {
       const returned = await this.#input.handler(
@@ -134,7 +136,7 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       await this.#rollback()
       return await this.#storeFailure(tooLargeResponse(tooLarge), tooLarge)
     }
-    await hooks.beforeCommit?.({ ...this.#id, attempt, tx })
+    if (hooks.beforeCommit) await hooks.beforeCommit({ ...this.#id, attempt, tx })
     return await this.#complete(response)
   }
 
@@ -196,7 +198,8 @@ export class Attempt<Tx, C extends Claim<Tx>> {
       this.#claim.server,
     )
     const outcome = this.#executed(response, status)
-    await this.#env.hooks.afterCommit?.({ ...this.#id, attempt: this.#claim.attempt })
+    const { hooks } = this.#env
+    if (hooks.afterCommit) await hooks.afterCommit({ ...this.#id, attempt: this.#claim.attempt })
     return outcome
   }
 
