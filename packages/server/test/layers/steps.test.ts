@@ -1,11 +1,11 @@
 import { JsonSyntaxError } from '@oncely/protocol'
-import type { TestDatabase } from '@oncely/test-support'
+import { type TestDatabase, waitFor } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ExecuteInput, type Outcome, postgresStore, stepKeyFor } from '../../src/index.js'
 import { type AbandonedIntent, createCompleter, type Step, steps } from '../../src/steps/index.js'
 import { stepsForTesting } from '../../src/testing/index.js'
-import { engineFor, fingerprintOf, freshKey, reservation, setupDatabase, sleep } from '../helpers.js'
+import { engineFor, fingerprintOf, freshKey, reservation, setupDatabase } from '../helpers.js'
 
 let db: TestDatabase
 /** The steps' own transactions come from a pool of their own: the engine's connection stays open meanwhile. */
@@ -170,9 +170,12 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
   })
 
   it('the completer re-drives an intent abandoned after its steps, once the grace period passed', async () => {
+    // Long enough that a loaded machine cannot outlast lease and grace between the crash and the first look.
+    const leaseMs = 1_000
+    const graceMs = 100
     const { engine } = engineFor(db.pool, {
       reservation,
-      leaseMs: 200,
+      leaseMs,
       hooks: {
         beforeCommit: ({ key }) => {
           if (!redriving.has(key)) throw new Error('SIGKILL before the final commit')
@@ -191,11 +194,12 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
       requestHeaders: { 'x-request-id': 'r-1' },
       handler,
     }
+    const reservedAfter = Date.now()
     await expect(engine.execute(input)).rejects.toThrow('SIGKILL')
     const found: AbandonedIntent<State>[] = []
     const completer = createCompleter<State>({
       store: postgresStore({ pool: db.pool }),
-      graceMs: 100,
+      graceMs,
       redrive: async (intent) => {
         if (intent.scope !== input.scope) return
         found.push(intent)
@@ -209,8 +213,12 @@ describe(`steps with recovery points (reservation: '${reservation}')`, () => {
     })
     await completer.runOnce()
     expect(found).toEqual([]) // the lease has not run out plus the grace period yet
-    await sleep(400)
-    await completer.runOnce()
+    await waitFor('the re-drive once lease and grace passed', async () => {
+      await completer.runOnce()
+      return found.length > 0
+    })
+    // Not before lease and grace ran out (less a little for Postgres's clock against this process's).
+    expect(Date.now() - reservedAfter).toBeGreaterThanOrEqual(leaseMs + graceMs - 50)
     expect(found).toMatchObject([
       {
         key,
