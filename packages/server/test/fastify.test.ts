@@ -1,5 +1,7 @@
 // What only the Fastify adapter has: route registration, its start-up check, inject(), and the types of
 // request.idempotency. The HTTP contract it shares with the other adapters is in adapters/contract.test.ts.
+
+import { Readable } from 'node:stream'
 import type { TestDatabase } from '@oncely/test-support'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
@@ -173,6 +175,48 @@ describe('inject() and the reply API', () => {
       expect(a.json()).toEqual({ ok: true, keyed: true })
       expect(b.rawPayload.equals(a.rawPayload)).toBe(true)
       expect(b.headers['idempotent-replayed']).toBe('true')
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('holds a streamed response until the commit, with the app onSend hooks (which run before the hold) kept', async () => {
+    const app = Fastify()
+    await app.register(fastifyIdempotency, { engine: engine(), tenant: () => 't' })
+    const seen: string[] = []
+    app.addHook('onSend', async (_request, reply, payload) => {
+      seen.push(`${reply.statusCode} ${Buffer.isBuffer(payload) ? payload.toString() : typeof payload}`)
+      reply.header('x-app-hook', 'ran')
+      return payload
+    })
+    let runs = 0
+    app.post('/v1/streamed', { config: { idempotency: true } }, async (request, reply) => {
+      await request.idempotency.tx.query('SELECT 1')
+      runs++
+      return reply
+        .code(201)
+        .header('content-type', 'text/plain')
+        .send(Readable.from([Buffer.from('chunk-1 '), Buffer.from('chunk-2')]))
+    })
+    try {
+      const key = freshKey()
+      const send = () =>
+        app.inject({ method: 'POST', url: '/v1/streamed', headers: { 'idempotency-key': key }, payload: {} })
+      const first = await send()
+      const replay = await send()
+      expect([first.statusCode, first.body, first.headers['x-app-hook']]).toEqual([
+        201,
+        'chunk-1 chunk-2',
+        'ran',
+      ])
+      expect([replay.statusCode, replay.body, replay.headers['idempotent-replayed']]).toEqual([
+        201,
+        'chunk-1 chunk-2',
+        'true',
+      ])
+      expect(runs).toBe(1)
+      // App-level hooks run before the route's own: the first sees the handler's stream, the replay the stored bytes.
+      expect(seen).toEqual(['201 object', '201 chunk-1 chunk-2'])
     } finally {
       await app.close()
     }

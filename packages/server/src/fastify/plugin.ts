@@ -2,7 +2,6 @@ import type {
   FastifyInstance,
   FastifyReply,
   FastifyRequest,
-  onSendHookHandler,
   preParsingHookHandler,
   RouteHandlerMethod,
   RouteOptions,
@@ -74,25 +73,59 @@ function sendRefusal(request: FastifyRequest, reply: FastifyReply, answer: Repla
   return reply.send(refusal.body)
 }
 
-/** The onSend hook of an idempotent route: hands the handler's response to its hold, sends what the engine decided. */
-const holdResponse: onSendHookHandler = (request, reply, payload) => {
+/**
+ * The onSend hook of an idempotent route: hands the handler's response to its hold, sends what the engine decided.
+ * Callback-style rather than async: the answer goes on down the hook chain within the engine's settle, so the response
+ * is written before the route's handler returns `reply` (a reply returned unsent makes Fastify wait for its end with
+ * stream listeners), and the common response costs no promise.
+ */
+function holdResponse(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  payload: unknown,
+  done: (error: Error | null, payload?: unknown) => void,
+): void {
   const held = (request as Held)[kHeld]
-  if (!held?.capturing) return Promise.resolve(payload)
-  const body = payloadBytes(payload)
-  return new Promise((resolve, reject) => {
-    held.capture(
-      // The headers as set (lower-case names): the engine serialises the ones it stores, once.
-      body.then((bytes) => ({ status: reply.statusCode, headers: reply.getHeaders(), body: bytes })),
-      {
-        release: (answer) => resolve(answer.own ? body : held.replace(answer)),
-        fail: (error) => {
-          // The error page that replaces the response must not carry its Location, Set-Cookie, ...
-          held.undo()
-          reject(error)
-        },
-      },
-    )
+  if (!held?.capturing) {
+    done(null, payload)
+    return
+  }
+  const bytes = payloadBytes(payload)
+  const response = (body: Buffer): HandlerResponse => ({
+    status: reply.statusCode,
+    // The headers as set (lower-case names): the engine serialises the ones it stores, once.
+    headers: reply.getHeaders(),
+    body,
   })
+  held.capture(bytes instanceof Promise ? bytes.then(response) : response(bytes), {
+    release: (answer) => continueSend(reply, done, answer.own ? bytes : held.replace(answer)),
+    fail: (error) => {
+      // The error page that replaces the response must not carry its Location, Set-Cookie, ...
+      held.undo()
+      done(error as Error)
+    },
+  })
+}
+
+/** Hands the payload to the rest of the onSend chain: a stream's bytes once read, anything else at once. */
+function continueSend(
+  reply: FastifyReply,
+  done: (error: Error | null, payload?: unknown) => void,
+  payload: Buffer | Promise<Buffer>,
+): void {
+  if (payload instanceof Promise) {
+    payload.then(
+      (bytes) => done(null, bytes),
+      (error: Error) => done(error),
+    )
+    return
+  }
+  try {
+    done(null, payload)
+  } catch (error) {
+    // The rest of the chain threw after the commit: the answer is stored and replays; this response is lost.
+    reply.log.error({ err: error }, 'oncely: sending the committed response failed')
+  }
 }
 
 type ErrorHandler = NonNullable<RouteOptions['errorHandler']>
