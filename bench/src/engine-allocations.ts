@@ -6,8 +6,8 @@
 //
 //   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pnpm --filter @oncely/bench engine-allocations -- \
 //     ../packages/server/dist [--executions 5000] [--top 30] [--interval 128]
-import { Session } from 'node:inspector/promises'
 import { parseArgs } from 'node:util'
+import { allocationsOf, largestSites } from './allocations.js'
 import { engineOfBuild, firstExecutions } from './engine-workload.js'
 
 const { values, positionals } = parseArgs({
@@ -25,39 +25,15 @@ const executions = Number(values.executions)
 const databaseUrl = process.env.DATABASE_URL
 if (!databaseUrl) throw new Error('DATABASE_URL is required')
 
-interface ProfileNode {
-  callFrame: { functionName: string; url: string; lineNumber: number }
-  selfSize: number
-  children: ProfileNode[]
-}
-
 const schema = `engine_allocations_${process.pid}`
 const { engine, pool } = await engineOfBuild(dist, databaseUrl, schema)
 await firstExecutions(engine, schema, 2_000) // warm-up: prepared statements, optimised code
-const session = new Session()
-session.connect()
-await session.post('HeapProfiler.startSampling', {
-  samplingInterval: Number(values.interval),
-  // Node 20's protocol types lack these two flags, which V8 takes: without them only what is still alive counts.
-  ...{ includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true },
-})
-await firstExecutions(engine, schema, executions)
-const { profile } = (await session.post('HeapProfiler.stopSampling')) as { profile: { head: ProfileNode } }
-session.disconnect()
-
-const bySite = new Map<string, number>()
-let total = 0
-const visit = (node: ProfileNode) => {
-  const { functionName, url, lineNumber } = node.callFrame
-  const file = url.replace(/^.*\/node_modules\/\.pnpm\//, '').replace(/^.*\/packages\//, '')
-  const site = `${functionName || '(anonymous)'} ${file}:${lineNumber + 1}`
-  bySite.set(site, (bySite.get(site) ?? 0) + node.selfSize)
-  total += node.selfSize
-  for (const child of node.children) visit(child)
-}
-visit(profile.head)
-console.log(`${dist}: about ${Math.round(total / executions)} bytes allocated per first execution`)
-for (const [site, bytes] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top)))
-  console.log(`${String(Math.round(bytes / executions)).padStart(7)}  ${site}`)
+const { total, sites } = await allocationsOf(
+  () => firstExecutions(engine, schema, executions),
+  executions,
+  Number(values.interval),
+)
+console.log(`${dist}: about ${Math.round(total)} bytes allocated per first execution`)
+for (const line of largestSites(sites, Number(values.top))) console.log(line)
 await pool.query(`DROP SCHEMA ${schema} CASCADE`)
 await pool.end()

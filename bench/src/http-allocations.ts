@@ -3,15 +3,16 @@
 // sampling heap profiler with the objects garbage collection already freed counted too. The injection's own
 // allocations are the same for every variant, so the differences between variants are what each layer adds: between
 // `sql-floor` and `engine-floor` the engine, between `engine-floor` and `oncely-lock` the Fastify plugin. Like
-// engine-allocations, and unlike CPU time or throughput, it repeats to about 1% on a busy machine.
+// engine-allocations, and unlike CPU time or throughput, it repeats to about 1% on a busy machine. It runs the built
+// packages, as the bench server does: `pnpm turbo run build --filter=./packages/*` after a change.
 //
 //   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pnpm --filter @oncely/bench http-allocations -- \
 //     [--variants baseline,sql-floor,engine-floor,oncely-lock] [--requests 4000] [--top 25] [--interval 128]
-import { Session } from 'node:inspector/promises'
 import { parseArgs } from 'node:util'
 import { createTestDatabase } from '@oncely/test-support'
 import Fastify, { type FastifyInstance } from 'fastify'
 import pg from 'pg'
+import { allocationsOf, largestSites } from './allocations.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
 import { REGISTRY } from './server/registry.js'
 
@@ -29,12 +30,6 @@ const variants = values.variants.split(',')
 for (const name of variants) {
   const entry = REGISTRY[name]
   if (!entry) throw new Error(`unknown variant ${name} (known: ${Object.keys(REGISTRY).join(', ')})`)
-}
-
-interface ProfileNode {
-  callFrame: { functionName: string; url: string; lineNumber: number }
-  selfSize: number
-  children: ProfileNode[]
 }
 
 const db = await createTestDatabase('http_allocations', { max: 4 })
@@ -82,28 +77,7 @@ async function firstExecutions(app: FastifyInstance, count: number): Promise<voi
 /** Bytes allocated per request by site, and in all. */
 async function profile(app: FastifyInstance): Promise<{ total: number; sites: Map<string, number> }> {
   await firstExecutions(app, 1_500) // warm-up: prepared statements, optimised code
-  const session = new Session()
-  session.connect()
-  await session.post('HeapProfiler.startSampling', {
-    samplingInterval: Number(values.interval),
-    // Node 20's protocol types lack these two flags, which V8 takes: without them only what is still alive counts.
-    ...{ includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true },
-  })
-  await firstExecutions(app, requests)
-  const { profile } = (await session.post('HeapProfiler.stopSampling')) as { profile: { head: ProfileNode } }
-  session.disconnect()
-  const sites = new Map<string, number>()
-  let total = 0
-  const visit = (node: ProfileNode) => {
-    const { functionName, url, lineNumber } = node.callFrame
-    const file = url.replace(/^.*\/node_modules\/\.pnpm\//, '').replace(/^.*\/(packages|bench)\//, '')
-    const site = `${functionName || '(anonymous)'} ${file}:${lineNumber + 1}`
-    sites.set(site, (sites.get(site) ?? 0) + node.selfSize / requests)
-    total += node.selfSize / requests
-    for (const child of node.children) visit(child)
-  }
-  visit(profile.head)
-  return { total, sites }
+  return allocationsOf(() => firstExecutions(app, requests), requests, Number(values.interval))
 }
 
 const results = new Map<string, Awaited<ReturnType<typeof profile>>>()
@@ -121,8 +95,7 @@ const before = variants.at(-2)
 for (const name of before ? [before, last] : [last]) {
   console.log(`\n${name}, the largest sites:`)
   const { sites } = results.get(name)!
-  for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, top))
-    console.log(`${String(Math.round(bytes)).padStart(7)}  ${site}`)
+  for (const line of largestSites(sites, top)) console.log(line)
 }
 if (before) {
   // The sites where the last variant allocates more than the one before it: what its layer adds.
