@@ -318,7 +318,8 @@ describe('7. crashes and pauses', () => {
     })
     const original = slow.engine.execute(input(key, { handler: pay(`${key}-1`) }))
     await reachedCommit.opened
-    const { engine } = engineFor(db.pool, { leaseMs: 200 })
+    // The winner's own lease is long: only the paused attempt's is meant to run out, however busy the machine.
+    const { engine } = engineFor(db.pool, { leaseMs: 10_000 })
     const winner = await engine.execute(input(key, { handler: pay(`${key}-2`), wait: { timeoutMs: 5_000 } }))
     // Under the lock protocol the paused attempt's transaction was ended by Postgres and left no record behind.
     expect(winner).toMatchObject({ kind: 'executed', attempt: row ? 2 : 1 })

@@ -68,11 +68,12 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
       const busy = engine.execute(
         payRequest('busy', key, {
           handler: async (ctx) => {
-            await ctx.tx.query('SELECT pg_sleep(1)')
+            await ctx.tx.query('SELECT pg_sleep(2)')
             return { status: 201, body: { slept: true } }
           },
         }),
       )
+      // Past two leases, with over a second left of the statement: a busy machine's stall cannot end it first.
       await sleep(700)
       expect(await engine.execute(payRequest('busy', key))).toMatchObject({ kind: 'in_progress' })
       expect(await busy).toMatchObject({ kind: 'executed' })

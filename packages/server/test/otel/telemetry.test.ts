@@ -53,7 +53,9 @@ describe('the scripted sequence', () => {
   let published: OutboxMessage[] = []
 
   it('gives exactly the expected counts, spans and parent links', async () => {
-    const { engine } = instrumented({ leaseMs: 300 })
+    // Long enough that no step's attempt loses its key to a stall of a busy machine; the crash and the stall below
+    // have short leases of their own.
+    const { engine } = instrumented({ leaseMs: 10_000 })
     const key = freshKey('first')
 
     // 1. A first execution, inside an "HTTP server" span (what HTTP instrumentation makes active), that enqueues.
@@ -139,7 +141,8 @@ describe('the scripted sequence', () => {
     })
     const original = slow.engine.execute(payRequest(tenant, pausedKey, { handler: pay(`${pausedKey}-1`) }))
     await atCommit.opened
-    const winner = await instrumented({ leaseMs: 200 }).engine.execute(
+    // The winner's own lease is long: only the paused attempt's is meant to run out, however busy the machine.
+    const winner = await instrumented({ leaseMs: 10_000 }).engine.execute(
       payRequest(tenant, pausedKey, { handler: pay(`${pausedKey}-2`), wait: { timeoutMs: 5_000 } }),
     )
     expect(winner).toMatchObject({ kind: 'executed' })
