@@ -253,7 +253,9 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
         store: postgresStore({ database: ds.database }),
         reservation,
         replayCache: false,
-        leaseMs: 300,
+        // Long enough that a busy machine cannot end the attempt before its crash; the takeover below waits out
+        // the lease its recovery point left.
+        leaseMs: 2_000,
         hooks: {
           beforeCommit: () => {
             if (crashed) return
@@ -263,7 +265,6 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
         },
       })
       await expect(crashing.execute(request(key, handler))).rejects.toThrow('crash before the commit')
-      await sleep(400)
       expect(await engine.execute({ ...request(key, handler), wait: { timeoutMs: 10_000 } })).toMatchObject({
         kind: 'executed',
       })
