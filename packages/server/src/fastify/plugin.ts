@@ -123,7 +123,7 @@ function continueSend(
   try {
     done(null, payload)
   } catch (error) {
-    // The rest of the chain threw after the commit: the answer is stored and replays; this response is lost.
+    // The rest of the chain threw once the engine had decided: nothing is left to undo, and this response is lost.
     reply.log.error({ err: error }, 'oncely: sending the committed response failed')
   }
 }
