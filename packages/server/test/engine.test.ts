@@ -378,6 +378,35 @@ describe('8. failure semantics', () => {
     expect(await paymentsFor(db.pool, key)).toBe(0)
   })
 
+  // Regression: the chaos quick tier (row protocol, a database restart) saw a client answered with the handler's 422
+  // while its key was left in progress: the store's connection broke, so the engine could not store the failure
+  // and answered retryable, but with the handler's error, which the framework rendered as the final 4xx it reads as.
+  it.skipIf(pooled)(
+    'a permanent error thrown after the connection broke is answered with the store failure, and a retry stores it',
+    async () => {
+      const { engine } = engineFor(db.pool, { replayCache: false, leaseMs: 1_000 })
+      const key = freshKey()
+      const declined = Object.assign(new Error('card declined'), { statusCode: 402 })
+      let runs = 0
+      const handler = async (ctx: ExecutionContext) => {
+        runs++
+        if (runs === 1) {
+          const { rows } = await ctx.tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
+          await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid])
+        }
+        throw declined
+      }
+      const first = await engine.execute(input(key, { handler }))
+      expect(first).toMatchObject({ kind: 'retryable_failure', reason: 'error' })
+      if (first.kind !== 'retryable_failure') return
+      expect(first.error).not.toBe(declined)
+      // The key is freed, or held until its lease runs out: the client's retry stores the failure.
+      const retried = await engine.execute(input(key, { handler, wait: { timeoutMs: 5_000 } }))
+      expect(retried).toMatchObject({ kind: 'executed', status: 'failed_permanent', response: { status: 402 } })
+      expect((await record(key)).status).toBe('failed_permanent')
+    },
+  )
+
   it('stores a returned 4xx as failed_permanent', async () => {
     const { engine } = engineFor(db.pool)
     const key = freshKey()

@@ -146,7 +146,11 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     // The rollback also shows a connection that broke before this attempt could listen to it.
     await this.#rollback()
     if (this.#lostLease()) return await this.#lost()
-    const kind = this.#broken ? 'retryable' : (this.#input.classify ?? defaultClassify)(error)
+    // The store's connection broke: nothing of this attempt can be recorded, so it is retryable whatever the handler
+    // threw, and it is answered with the store's failure. The handler's own error would be rendered by the framework
+    // with its status, and a 4xx reads as final to the client while the key was never finished.
+    if (this.#broken) return await this.#release('error', { error: this.#broken })
+    const kind = (this.#input.classify ?? defaultClassify)(error)
     if (kind === 'retryable') return await this.#release('error', { error })
     const rendered = (this.#input.renderError ?? defaultRenderError)(error)
     return await this.#storeFailure(normalizeResponse(rendered, this.#env.config.replayHeaders))
