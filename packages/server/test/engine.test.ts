@@ -402,7 +402,11 @@ describe('8. failure semantics', () => {
       expect(first.error).not.toBe(declined)
       // The key is freed, or held until its lease runs out: the client's retry stores the failure.
       const retried = await engine.execute(input(key, { handler, wait: { timeoutMs: 5_000 } }))
-      expect(retried).toMatchObject({ kind: 'executed', status: 'failed_permanent', response: { status: 402 } })
+      expect(retried).toMatchObject({
+        kind: 'executed',
+        status: 'failed_permanent',
+        response: { status: 402 },
+      })
       expect((await record(key)).status).toBe('failed_permanent')
     },
   )
