@@ -5,7 +5,9 @@
  */
 import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { existsSync, rmSync } from 'node:fs'
 import { connect, createServer, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
@@ -25,7 +27,9 @@ async function databaseGate(target: URL) {
     sockets.add(client)
     client.on('close', () => sockets.delete(client))
     client.on('error', () => {})
-    if (mode === 'refuse') return client.destroy()
+    // A FIN, never an RST: destroying a socket whose startup packet already arrived (a busy test process accepts
+    // late) resets it, and the client would see `read ECONNRESET` instead.
+    if (mode === 'refuse') return client.resume().end()
     const upstream = connect(Number(target.port || 5432), target.hostname)
     upstream.on('error', () => client.destroy())
     client.on('close', () => upstream.destroy())
@@ -109,6 +113,43 @@ describe('main', () => {
     } finally {
       healthy.child.kill('SIGTERM')
       expect(await healthy.exited).toEqual({ code: 0, signal: null })
+    }
+  })
+
+  // Regression (a clean-clone run on a busy machine): the gate's refusal reached the client as `read ECONNRESET` when
+  // the gate accepted after the client's first bytes had arrived, and the start-up test below waited for a message
+  // that never came. Here the test process accepts late on purpose: it blocks until a client in another process has
+  // written.
+  it('the database gate refuses with a closed connection even when it accepts late', async () => {
+    const gate = await databaseGate(new URL(db.url))
+    const written = path.join(tmpdir(), `gate-written-${randomUUID()}`)
+    const client = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const s = require('node:net').connect(${new URL(gate.url).port}, '127.0.0.1', () =>
+           s.write(Buffer.alloc(8), () => require('node:fs').writeFileSync(process.argv[1], '')))
+         s.on('error', (e) => { console.log(e.code); process.exit() })
+         s.on('close', () => { console.log('closed'); process.exit() })`,
+        written,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
+    let said = ''
+    client.stdout.on('data', (chunk) => {
+      said += chunk
+    })
+    const exited = new Promise((resolve) => client.once('exit', resolve))
+    try {
+      const pause = new Int32Array(new SharedArrayBuffer(4))
+      for (let i = 0; !existsSync(written) && i < 2000; i++) Atomics.wait(pause, 0, 0, 5)
+      expect(existsSync(written)).toBe(true)
+      await exited
+      expect(said.trim()).toBe('closed')
+    } finally {
+      client.kill()
+      await gate.close()
+      rmSync(written, { force: true })
     }
   })
 
