@@ -157,16 +157,14 @@ describe('4. fingerprint', () => {
     const { engine, events } = engineFor(db.pool)
     const key = freshKey()
     const release = gate()
+    const held = running(async () => {
+      await release.opened
+      return { status: 201, body: 'secret response' }
+    })
     const first = engine.execute(
-      input(key, {
-        fingerprint: fingerprintOf({ amount: 1 }),
-        handler: async () => {
-          await release.opened
-          return { status: 201, body: 'secret response' }
-        },
-      }),
+      input(key, { fingerprint: fingerprintOf({ amount: 1 }), handler: held.handler }),
     )
-    await sleep(50)
+    await held.started
     const other = input(key, { fingerprint: fingerprintOf({ amount: 2 }), handler: pay(`${key}-other`) })
     // The row protocol committed the first request's row, so it can say mismatch at once; the lock protocol has
     // nothing committed yet and says 409, which a client retries into the mismatch.
@@ -201,16 +199,13 @@ describe('6. in flight', () => {
     const { engine, events } = engineFor(db.pool, { leaseMs: 10_000 })
     const key = freshKey()
     const release = gate()
-    const first = engine.execute(
-      input(key, {
-        handler: async (ctx) => {
-          const result = await pay(key)(ctx) // holds row locks in the open transaction
-          await release.opened
-          return result
-        },
-      }),
-    )
-    await sleep(100)
+    const held = running(async (ctx: ExecutionContext) => {
+      const result = await pay(key)(ctx) // holds row locks in the open transaction
+      await release.opened
+      return result
+    })
+    const first = engine.execute(input(key, { handler: held.handler }))
+    await held.started
     const second = await engine.execute(input(key))
     expect(second.kind).toBe('in_progress')
     if (second.kind !== 'in_progress') return
@@ -227,15 +222,12 @@ describe('6. in flight', () => {
     const busy = freshKey()
     await engine.execute(input(done))
     const release = gate()
-    const first = engine.execute(
-      input(busy, {
-        handler: async () => {
-          await release.opened
-          return { status: 201 }
-        },
-      }),
-    )
-    await sleep(50)
+    const held = running(async () => {
+      await release.opened
+      return { status: 201 }
+    })
+    const first = engine.execute(input(busy, { handler: held.handler }))
+    await held.started
     const locker = await db.pool.connect()
     try {
       await locker.query('BEGIN')
@@ -648,17 +640,17 @@ describe('10. peek and forget', () => {
     expect(await engine.peek(input(key))).toBeNull()
     expect(await record(key)).toBeUndefined()
     const release = gate()
-    const first = engine.execute(
-      input(key, {
-        handler: async (ctx) => {
-          await release.opened
-          return pay(key)(ctx)
-        },
-      }),
-    )
-    await sleep(50)
-    expect(await engine.peek(input(key))).toMatchObject({ kind: 'in_progress' })
-    release.open()
+    const held = running(async (ctx: ExecutionContext) => {
+      await release.opened
+      return pay(key)(ctx)
+    })
+    const first = engine.execute(input(key, { handler: held.handler }))
+    try {
+      await held.started
+      expect(await engine.peek(input(key))).toMatchObject({ kind: 'in_progress' })
+    } finally {
+      release.open() // even when the peek failed, so no transaction is left open for the tests after this one
+    }
     const done = await first
     const peeked = await engine.peek(input(key))
     expect(peeked).toMatchObject({ kind: 'replayed', fencedOut: false })

@@ -12,6 +12,7 @@ import {
   pay,
   paymentsFor,
   payRequest,
+  running,
   setupDatabase,
   sleep,
   stallEventLoop,
@@ -36,15 +37,12 @@ describe("reservation: 'row'", () => {
     const { engine } = rowEngine({ leaseMs: 7_000 })
     const key = freshKey()
     const { opened, open } = gate()
-    const running = engine.execute(
-      input(key, {
-        handler: async () => {
-          await opened
-          return { status: 200 }
-        },
-      }),
-    )
-    await sleep(100)
+    const held = running(async () => {
+      await opened
+      return { status: 200 }
+    })
+    const attempt = engine.execute(input(key, { handler: held.handler }))
+    await held.started
     const { rows } = await db.pool.query(
       `SELECT status, lock_token, extract(epoch FROM locked_until - updated_at) * 1000 AS lease
        FROM oncely.idempotency_keys WHERE key = $1`,
@@ -54,7 +52,7 @@ describe("reservation: 'row'", () => {
     expect(Number(rows[0].lease)).toBe(7_000)
     expect(rows[0].lock_token).toMatch(/^[0-9a-f-]{36}$/)
     open()
-    await running
+    await attempt
   })
 
   it('with unsafe.disableFencing a paused attempt commits after its takeover (so a checker can see duplicates)', async () => {

@@ -202,7 +202,9 @@ describe('replay cache and the server behind it', () => {
     await replayFromCache(engine, input(key)) // just confirmed
     await sleep(500) // nothing reached the database since: the next replay asks it, and confirms again
     expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(1)
-    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(0)
+    // Then the cache answers again. (Polled: on a busy machine more than 300 ms can pass between that statement
+    // and the next replay, which then rightly asks the database once more.)
+    await replayFromCache(engine, input(key))
   })
 
   it('never answers from an entry of another server: a restart or failover behind a pooler empties the cache', () => {

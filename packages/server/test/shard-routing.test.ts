@@ -20,8 +20,8 @@ import {
   pay,
   payRequest,
   reservation,
+  running,
   setupDatabase,
-  sleep,
 } from './helpers.js'
 
 let db: TestDatabase
@@ -81,13 +81,12 @@ describe(`statements on the key table route to one tenant (reservation: '${reser
     await run(points, { handler: pay(points) }) // its retry, from the point
     const held = freshKey()
     const release = gate()
-    const holding = run(held, {
-      handler: async () => {
-        await release.opened
-        return { status: 201 }
-      },
+    const holder = running(async () => {
+      await release.opened
+      return { status: 201 }
     })
-    await sleep(100)
+    const holding = run(held, { handler: holder.handler })
+    await holder.started
     await run(held) // a duplicate while the first holds the key (its 409 asks how long it has been held)
     release.open()
     await holding
