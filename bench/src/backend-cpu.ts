@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util'
 import { createEngine, migrate, postgresStore } from '@oncely/server'
 import { createTestDatabase } from '@oncely/test-support'
 import pg from 'pg'
+import { floorSql } from './server/sql-floor.js'
 
 const { values } = parseArgs({
   args: process.argv.slice(2).filter((arg) => arg !== '--'),
@@ -27,7 +28,7 @@ const db = await createTestDatabase('backend_cpu', { max: 1 })
 const S = 'oncely'
 await migrate(db.pool, { schema: S })
 await db.pool.query(`CREATE TABLE ledger (id bigserial PRIMARY KEY, k text)`)
-const T = `${S}.idempotency_keys`
+const floor = floorSql(`${S}.idempotency_keys`)
 const INSERT = 'INSERT INTO ledger (k) VALUES ($1)'
 const response = { id: '1', account: 'acct-1', amount: 100 }
 
@@ -69,8 +70,7 @@ const params = (text: string, count: number) => {
 /** Statements each connection prepares: the engine's, the floor's, and those of the variants. */
 const PREPARES = [
   ...engineStatements.map((s) => s.statement),
-  `PREPARE floor_lock(text, text, text) AS SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '|' || $2 || '|' || $3, 0)) AS locked, k.status, k.response_status, k.response_body FROM (SELECT 1) AS one LEFT JOIN ${T} AS k ON k.scope = $1 AND k.operation = $2 AND k.key = $3`,
-  `PREPARE floor_finish(text, text, text, text, integer, jsonb, bytea) AS INSERT INTO ${T} (scope, operation, key, fingerprint, status, attempts, created_at, updated_at, expires_at, response_status, response_headers, response_body) VALUES ($1, $2, $3, $4, 'succeeded', 1, now(), now(), now() + interval '1 day', $5, $6, $7)`,
+  ...floor.prepares,
   `PREPARE unguarded_lock(text, text, text, text) AS ${lock.body.replace(/ AND set_config\('idle_in_transaction_session_timeout', \$4, true\) IS NOT NULL/, '')}`,
   `PREPARE function_lock(text, text, text, text) AS SELECT * FROM ${S}.bench_lock_and_lookup($1, $2, $3, $4)`,
 ]
@@ -91,9 +91,10 @@ const engineFinish = (k: string) =>
   `EXECUTE ${finish.name}(${id(k)}, '${FP}', 'succeeded', 201, '{"content-type":"application/json"}', decode('${hex}', 'hex'), NULL, 86400000, 1); COMMIT`
 /** Each variant's three messages: the reservation with its BEGIN, the handler's INSERT, the finish with its COMMIT. */
 const VARIANTS: Record<string, (k: string) => [string, string]> = {
-  'sql-floor': (k) => [
-    `BEGIN; EXECUTE floor_lock(${id(k)})`,
-    `EXECUTE floor_finish(${id(k)}, '${FP}', 201, '{"content-type":"application/json"}', decode('${hex}', 'hex')); COMMIT`,
+  'sql-floor': (k) => [floor.reserve.separate(id(k)), floor.finish(id(k), FP, hex)],
+  'sql-floor-one-statement (unsafe)': (k) => [
+    floor.reserve.oneStatement(id(k)),
+    floor.finish(id(k), FP, hex),
   ],
   'oncely-lock': (k) => [
     `BEGIN; EXECUTE ${lock.name}(${id(k)}, '30000'); EXECUTE ${lookup.name}(${id(k)})`,
@@ -106,7 +107,7 @@ const VARIANTS: Record<string, (k: string) => [string, string]> = {
   ],
   "with the floor's finish": (k) => [
     `BEGIN; EXECUTE ${lock.name}(${id(k)}, '30000'); EXECUTE ${lookup.name}(${id(k)})`,
-    `EXECUTE floor_finish(${id(k)}, '${FP}', 201, '{"content-type":"application/json"}', decode('${hex}', 'hex')); COMMIT`,
+    floor.finish(id(k), FP, hex),
   ],
   'lock and lookup in one PL/pgSQL call': (k) => [
     `BEGIN; EXECUTE function_lock(${id(k)}, '30000')`,
@@ -156,14 +157,14 @@ for (let round = 0; round < Number(values.rounds); round++) {
   }
 }
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!
-const floor = median(perTransaction.get('sql-floor')!)
+const floorUs = median(perTransaction.get('sql-floor')!)
 console.log(
   `backend CPU per first execution, ${connections} connections, ${transactions} transactions a round:`,
 )
 for (const [name, v] of perTransaction) {
   const m = median(v)
   console.log(
-    `${name.padEnd(38)} ${m.toFixed(0).padStart(4)} us (${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)}), ${(m - floor >= 0 ? '+' : '') + (m - floor).toFixed(0)} us against sql-floor`,
+    `${name.padEnd(38)} ${m.toFixed(0).padStart(4)} us (${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)}), ${(m - floorUs >= 0 ? '+' : '') + (m - floorUs).toFixed(0)} us against sql-floor`,
   )
 }
 for (const client of clients) await client.end()

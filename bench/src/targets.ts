@@ -25,7 +25,7 @@ const FLAT_TOLERANCE_MS = 0.2
 
 // The hand-written SQL floor and the engine floor are references, not peers.
 const isOurs = (variant: string) =>
-  variant.startsWith('oncely') || variant === 'sql-floor' || variant === 'engine-floor'
+  variant.startsWith('oncely') || variant.startsWith('sql-floor') || variant === 'engine-floor'
 
 /**
  * oncely against the best peer on one path, at 10 connections: the peer with the highest median ratio to the

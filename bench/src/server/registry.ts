@@ -52,6 +52,11 @@ export const REGISTRY: Record<string, VariantEntry> = {
     baseline: 'baseline',
     suite: 'server',
   },
+  'sql-floor-one-statement': {
+    load: async () => (await import('./sql-floor.js')).sqlFloorOneStatement,
+    baseline: 'baseline',
+    suite: 'server',
+  },
   'engine-floor': {
     load: async () => (await import('./oncely.js')).oncelyEngineOnly,
     baseline: 'baseline',
