@@ -4,11 +4,13 @@ import {
   createCitusTestDatabase,
   createTestDatabase,
   type TestDatabase,
+  waitFor,
 } from '@oncely/test-support'
 import pg from 'pg'
 import { inject } from 'vitest'
 import {
   distribute,
+  type Engine,
   type EngineEvent,
   type ExecuteInput,
   type ExecutionContext,
@@ -123,6 +125,17 @@ export async function countPayments(pool: pg.Pool, tenant?: string): Promise<num
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/**
+ * Waits until nothing holds the key of `input` and it has no record (`peek` answers null). An answer that does not
+ * run the key (a replay read from the database, a mismatch, a 409) goes out before its transaction's ROLLBACK, so
+ * under `reservation: 'lock'` the key's advisory lock outlives that answer by a moment: a request for the key right
+ * after it was forgotten (or expired) can meet that lock and be answered in_progress, as a client would be, and
+ * retry. A test that expects the very next request to run waits for this first.
+ */
+export async function keyFree<Tx>(engine: Engine<Tx>, input: ExecuteInput<Tx>): Promise<void> {
+  await waitFor('the key to be free', async () => (await engine.peek(input)) === null, 5_000)
+}
 
 /**
  * Stops this process's event loop for `ms`, as a long GC pause, a blocking call or a starved CPU would: no timer
