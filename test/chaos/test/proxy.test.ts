@@ -270,8 +270,12 @@ describe('FaultProxy (http)', () => {
 })
 
 describe('FaultProxy (tcp)', () => {
-  async function echo() {
-    const server = createTcpServer((socket) => socket.pipe(socket))
+  /** An echo server's port; what it receives is also appended to `heard`, when given. */
+  async function echo(heard?: string[]) {
+    const server = createTcpServer((socket) => {
+      if (heard) socket.on('data', (data) => heard.push(data.toString()))
+      socket.pipe(socket)
+    })
     server.listen(0, '127.0.0.1')
     await once(server, 'listening')
     cleanup.push(() => new Promise((resolve) => server.close(resolve)))
@@ -299,7 +303,8 @@ describe('FaultProxy (tcp)', () => {
   })
 
   it('hold: the upstream bytes wait until release, while the client still sends; a kill loses what was held', async () => {
-    const port = await echo()
+    const heard: string[] = []
+    const port = await echo(heard)
     const { proxy: p } = await proxy({ upstream: { port }, protocol: 'tcp' })
     p.hold()
     const answered = talk(p.port, 'ping')
@@ -314,7 +319,12 @@ describe('FaultProxy (tcp)', () => {
 
     p.hold()
     const lost = talk(p.port, 'pong')
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // Killed only once the connection is through the proxy (the upstream heard it): killed before the proxy accepted
+    // it, it would find no connection to kill, and the release would let the answer through.
+    const deadline = Date.now() + 10_000
+    while (!heard.includes('pong') && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(heard).toContain('pong')
     p.killAll()
     p.release()
     await expect(lost).rejects.toThrow('closed')
