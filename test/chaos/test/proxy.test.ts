@@ -321,10 +321,7 @@ describe('FaultProxy (tcp)', () => {
     const lost = talk(p.port, 'pong')
     // Killed only once the connection is through the proxy (the upstream heard it): killed before the proxy accepted
     // it, it would find no connection to kill, and the release would let the answer through.
-    const deadline = Date.now() + 10_000
-    while (!heard.includes('pong') && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    expect(heard).toContain('pong')
+    await until(() => heard.includes('pong'), 'the upstream to hear the held connection', 10_000)
     p.killAll()
     p.release()
     await expect(lost).rejects.toThrow('closed')
