@@ -39,11 +39,14 @@ it('prepares its statements once per table on a shared connection, and both tabl
     `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name`,
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
-  // The row protocol's reservation and completion; the lock protocol's lock, lookup and the finish of a new key (a
-  // plain INSERT): once per table, each named after the property that builds it.
-  const prepared =
-    reservation === 'row' ? ['complete', 'reserve'] : ['insert_finished', 'lock', 'locked_lookup']
-  expect(kinds.sort()).toEqual(prepared.flatMap((kind) => [`oncely_${kind}_sql`, `oncely_${kind}_sql`]))
+  // The row protocol's reservation and completion; the lock protocol's lookup and the finish of a new key (a plain
+  // INSERT): once per table, each named after the property that builds it. The lock protocol's lock names no table
+  // (the table is in its parameter, the text it hashes), so both stores share it.
+  const prepared = reservation === 'row' ? ['complete', 'reserve'] : ['insert_finished', 'locked_lookup']
+  const shared = reservation === 'row' ? [] : ['oncely_lock_sql']
+  expect(kinds.sort()).toEqual(
+    [...shared, ...prepared.flatMap((kind) => [`oncely_${kind}_sql`, `oncely_${kind}_sql`])].sort(),
+  )
   for (const table of ['keys_a', 'keys_b']) {
     expect(rows.filter((row) => row.statement.includes(`"oncely"."${table}"`))).toHaveLength(prepared.length)
   }
@@ -151,4 +154,51 @@ it('sends no prepared statement with preparedStatements: false (transaction-mode
   } finally {
     await other.drop()
   }
+})
+
+it("reads a key's row, and fences on it, whatever the session's DateStyle, TimeZone, IntervalStyle and bytea_output", async () => {
+  // The lock protocol reads the row as JSON and derives its times here; the row protocol derives them in SQL. Both
+  // must read a session set up unlike the defaults as they read one that is not.
+  const pool = new pg.Pool({
+    connectionString: db.url,
+    max: 2,
+    options:
+      '-c DateStyle=SQL,DMY -c TimeZone=Pacific/Chatham -c IntervalStyle=sql_standard -c bytea_output=escape',
+  })
+  onTestFinished(() => pool.end())
+  const engine = createEngine({
+    store: postgresStore({ pool, table: 'keys_a' }),
+    replayCache: false,
+    reservation,
+    leaseMs: 1_000,
+  })
+  const body = Buffer.from(Array.from({ length: 300 }, (_, index) => index % 256))
+  const key = freshKey()
+  const input = (who: string, retentionMs = 1_500) => ({
+    scope: 's',
+    operation: 'settings',
+    key,
+    retentionMs,
+    fingerprint: fingerprintOf({ key }),
+    handler: async () => ({ status: 201, headers: { etag: who }, body }),
+  })
+  expect(await engine.execute(input('first'))).toMatchObject({ kind: 'executed', attempt: 1 })
+  const replay = await engine.execute(input('second'))
+  expect(replay).toMatchObject({ kind: 'replayed', response: { status: 201, headers: { etag: 'first' } } })
+  if (replay.kind === 'replayed') expect(replay.response.body.equals(body)).toBe(true)
+  // The replay's expiry was read from the row: it expires within the retention, not before, not after.
+  const { rows } = await db.pool.query(
+    `SELECT (extract(epoch FROM expires_at - now()) * 1000)::float8 AS left_ms FROM oncely.keys_a WHERE key = $1`,
+    [key],
+  )
+  expect(rows[0].left_ms).toBeGreaterThan(0)
+  expect(rows[0].left_ms).toBeLessThanOrEqual(1_500)
+  expect((await engine.execute({ ...input('other'), fingerprint: fingerprintOf({ other: key }) })).kind).toBe(
+    'mismatch',
+  )
+  // Once expired, the key is new again: the attempt replaces the row it saw, fenced on its version as it read it.
+  await sleep(1_600)
+  expect(await engine.execute(input('third', 60_000))).toMatchObject({ kind: 'executed' })
+  const again = await engine.execute(input('fourth'))
+  expect(again).toMatchObject({ kind: 'replayed', response: { headers: { etag: 'third' } } })
 })

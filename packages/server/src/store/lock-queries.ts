@@ -2,18 +2,21 @@
 // lock on the key, the key's row read after it, and the finished record written as one fenced upsert just before
 // COMMIT (a datasource may send the lock and the lookup with their BEGIN, and the finish with its COMMIT, in one
 // message each).
+//
+// The statements of a first execution are written for what Postgres does on every execution of a prepared
+// statement, which a new key pays in full: it sets up every function call of the statement (looked up and
+// initialised per execution, whether a row comes back or not). So the lock's key is hashed from one parameter built
+// here, the lookup reads the row as one `to_json` whose fields are derived here, and the join that routes the lock
+// to a tenant's shard is sent only where the key table can be distributed (Citus).
 import { isUniqueViolation } from '../backstop.js'
 import { quoteLiteral, type TableNames } from './identifiers.js'
 import {
   bind,
-  columns,
   FENCE_MARKER,
-  type Field,
   headersValue,
   ID_TYPES,
   idValues,
   KEEP_RECOVERY_POINT,
-  LOOKUP_FIELDS,
   type LookupRow,
   leaseGuard,
   ms,
@@ -24,63 +27,145 @@ import {
   statementTexts,
 } from './queries.js'
 
+/** Characters of `text` as Postgres' `length()` counts them: code points, a surrogate pair being one. */
+function characters(text: string): number {
+  let count = text.length
+  for (let i = 0; i < text.length - 1; i++) {
+    const unit = text.charCodeAt(i)
+    if (unit >= 0xd800 && unit <= 0xdbff) {
+      const next = text.charCodeAt(i + 1)
+      if (next >= 0xdc00 && next <= 0xdfff) {
+        count--
+        i++
+      }
+    }
+  }
+  return count
+}
+
 /**
- * The key's advisory lock: a 64-bit hash of the table, scope ($1), operation ($2) and key ($3), length-prefixed so
- * no two triples share a text. Every version of oncely must hash the same text, or two of them would run one key.
+ * The text whose 64-bit hash (`hashtextextended(text, 0)`) is the key's advisory lock: the table, the scope and the
+ * operation, each length-prefixed so no two triples share a text, and the key. Every version of oncely must lock a
+ * key under the same text, or two versions running side by side would both run it: this is exactly the text earlier
+ * versions built in SQL, `'"schema"."table"|' || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' ||
+ * $3` (held by test/lock-text.test.ts). Built here, as one parameter, because as that expression it cost the lock
+ * statement ten function calls set up on every execution, about as much as the rest of the reservation.
  */
-const lockKey = (names: TableNames) =>
-  `hashtextextended(${quoteLiteral(`${names.qualified}|`)} || length($1) || ':' || $1 || '|' || length($2) || ':' || $2 || '|' || $3, 0)`
+export function lockText(names: TableNames, id: RecordId): string {
+  return `${names.qualified}|${characters(id.scope)}:${id.scope}|${characters(id.operation)}:${id.operation}|${id.key}`
+}
+
+/** The key's advisory lock, of the {@link lockText} in parameter `text`. */
+const lockKey = (text: string) => `hashtextextended(${text}, 0)`
 
 /**
  * A FROM clause that names the key's row but reads nothing of it (`LIMIT 0`): one row, whatever is stored. On Citus a
  * statement with no table runs on the node the session is connected to; with this one it runs whole on the node
  * holding the key's shard, so the lock and the lease guard are taken there, the one node every attempt on the key
- * reaches, whichever node its session is on. On one Postgres it costs a plan node that is never run.
+ * reaches, whichever node its session is on. On one Postgres it would cost every reservation a join, a scan and an
+ * index opened and closed for nothing, so the lock statement carries it only where Citus is installed (see
+ * {@link LockStatements.lock}); the statements that are not on a first execution's path always do.
  */
 const onKeysShard = (names: TableNames) =>
   `FROM (SELECT 1) AS one LEFT JOIN (SELECT 1 FROM ${names.qualified}
   WHERE ${PK} LIMIT 0) AS on_keys_shard ON true`
 
-/** What the lock protocol reads about a key's row; `version` identifies the row version for the finishing fence. */
-const LOCKED_FIELDS = [
-  ...LOOKUP_FIELDS,
-  ['attempts', 'attempts'],
-  ['recovery_point', 'recovery_point'],
-  ['lock_token', 'lock_token::text'],
-  ['version', 'updated_at::text'],
-] as const satisfies readonly Field[]
+/**
+ * The key's row as one JSON text (`to_json` of the row: every column, timestamps in ISO 8601 whatever the session's
+ * DateStyle), or no row; with the transaction's `now()`, which the row's times are measured against (see
+ * {@link lockedRowOf}). One function call to set up, where computing the fields in SQL cost a new key, which has no
+ * row, a dozen.
+ */
+const ROW_JSON = 'to_json(k)::text AS r'
+const NOW_JSON = 'to_json(now())::text AS now'
 
-/** The key's row as the lock protocol reads it. */
-const lockedRow = (names: TableNames) =>
-  `SELECT ${columns(LOCKED_FIELDS)} FROM ${names.qualified} WHERE ${PK}`
+/** The key's row as the lookup and the inspection send it: see {@link ROW_JSON}. */
+export interface RowJson {
+  r: string | null
+  /** The transaction's `now()`, as a JSON string. */
+  now: string
+}
+
+/** A row of the key table as `to_json` writes it. */
+interface KeyRowJson {
+  fingerprint: string
+  status: LookupRow['status']
+  lock_token: string | null
+  locked_until: string | null
+  response_status: number | null
+  response_headers: Record<string, string> | null
+  response_body: string | null
+  recovery_point: string | null
+  attempts: number
+  updated_at: string
+  expires_at: string
+}
+
+const TIMESTAMP =
+  /^(-?\d{4,})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?:([+-])(\d\d)(?::(\d\d))?(?::(\d\d))?)?$/
 
 /**
- * The key's row as the lock protocol's lookup sends it: one text column holding a JSON array of
- * {@link LOCKED_FIELDS}' values, in order (the body as base64), or no row. A row description costs a new key, which
- * has no row, as much as a found one: thirteen field descriptors (about 240 bytes) sent and parsed per request,
- * against one. Text, not json, so that every datasource hands it over alike, to be read by {@link unpackLockedRow}.
+ * Milliseconds since the epoch, to the microsecond, of a timestamp as Postgres writes it in JSON
+ * (`2026-12-07T04:50:48.099123+01:00`); throws on anything else.
  */
-const packedLockedRow = (names: TableNames) =>
-  `SELECT json_build_array(${LOCKED_FIELDS.map(([name, expression]) =>
-    name === 'response_body' ? `encode(${expression}, 'base64')` : expression,
-  ).join(', ')})::text AS r
-  FROM ${names.qualified} WHERE ${PK}`
+export function timestampMs(text: string): number {
+  const m = TIMESTAMP.exec(text)
+  if (!m) throw new Error(`oncely: unexpected timestamp from Postgres: ${JSON.stringify(text)}`)
+  const utc = Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!, +m[4]!, +m[5]!, +m[6]!)
+  const micros = m[7] ? Number(m[7].padEnd(6, '0')) : 0
+  const offsetMs = m[8]
+    ? (m[8] === '-' ? -1 : 1) * ((+m[9]! * 60 + +(m[10] ?? 0)) * 60 + +(m[11] ?? 0)) * 1000
+    : 0
+  return utc + micros / 1000 - offsetMs
+}
 
-/** The field names of {@link packedLockedRow}'s array, in order. */
-const PACKED_FIELDS = LOCKED_FIELDS.map(([name]) => name)
+/** A bytea as Postgres writes it in text, in either `bytea_output` format (`\x` and hex, or escaped). */
+export function byteaOf(text: string): Buffer {
+  if (text.startsWith('\\x')) return Buffer.from(text.slice(2), 'hex')
+  const bytes: number[] = []
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i)
+    if (code !== 0x5c) bytes.push(code)
+    else if (text[i + 1] === '\\') {
+      bytes.push(0x5c)
+      i++
+    } else {
+      bytes.push(Number.parseInt(text.slice(i + 1, i + 4), 8))
+      i += 3
+    }
+  }
+  return Buffer.from(bytes)
+}
 
-/** The row of {@link packedLockedRow} (its `r` column), or undefined when the key has none. */
-export function unpackLockedRow(
-  packed: { r: string } | undefined,
-  server: number,
-): LockedLookupRow | undefined {
-  if (packed === undefined) return undefined
-  const values = JSON.parse(packed.r) as unknown[]
-  const row: Record<string, unknown> = { server }
-  for (let i = 0; i < PACKED_FIELDS.length; i++) row[PACKED_FIELDS[i]!] = values[i] ?? null
-  const body = row.response_body
-  row.response_body = typeof body === 'string' ? Buffer.from(body, 'base64') : null
-  return row as unknown as LockedLookupRow
+/**
+ * The row of a {@link ROW_JSON} answer, with the fields the lookup of both protocols reads, derived as the row
+ * protocol's SQL derives them ({@link LOOKUP_FIELDS}): times against the transaction's `now()`, so no clock of this
+ * process enters; undefined when the key has no row.
+ */
+export function lockedRowOf(answer: RowJson | undefined, server: number): LockedLookupRow | undefined {
+  if (answer?.r == null) return undefined
+  const row = JSON.parse(answer.r) as KeyRowJson
+  const now = timestampMs(JSON.parse(answer.now) as string)
+  const expiresAt = timestampMs(row.expires_at)
+  return {
+    fingerprint: row.fingerprint,
+    status: row.status,
+    expired: expiresAt <= now,
+    expires_in_ms: expiresAt - now,
+    // greatest(0, ...) in SQL, which also makes a row without a lease 0.
+    lease_remaining_ms:
+      row.locked_until === null ? 0 : Math.max(0, Math.ceil(timestampMs(row.locked_until) - now)),
+    held_ms: now - timestampMs(row.updated_at),
+    response_status: row.response_status,
+    response_headers: row.response_headers,
+    response_body: row.response_body === null ? null : byteaOf(row.response_body),
+    server,
+    attempts: row.attempts,
+    recovery_point: row.recovery_point,
+    lock_token: row.lock_token,
+    // Sent back as a timestamptz parameter to fence the finish: `to_json` keeps every microsecond of it.
+    version: row.updated_at,
+  }
 }
 
 /**
@@ -89,7 +174,7 @@ export function unpackLockedRow(
  * activity row rather than from pg_database: on Citus a statement that reads a catalog table is planned apart from
  * the key's shard, and would read pg_locks on the coordinator, where the lock is not.
  */
-const heldLock = (names: TableNames) => `pg_locks l, (SELECT ${lockKey(names)} AS h) AS k
+const heldLock = (text: string) => `pg_locks l, (SELECT ${lockKey(text)} AS h) AS k
   WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
     AND l.database = (SELECT datid FROM pg_stat_get_activity(pg_backend_pid()))
     AND l.classid = ((k.h >> 32) & 4294967295)::oid AND l.objid = (k.h & 4294967295)::oid`
@@ -100,9 +185,9 @@ const heldLock = (names: TableNames) => `pg_locks l, (SELECT ${lockKey(names)} A
  * view's function rather than the view, which joins catalog tables (see {@link heldLock}).
  */
 const holderMs = (
-  names: TableNames,
+  text: string,
 ) => `(SELECT (extract(epoch FROM (clock_timestamp() - min(a.xact_start))) * 1000)::float8
-  FROM pg_stat_get_activity(NULL) a, ${heldLock(names)} AND a.pid = l.pid) AS holder_ms`
+  FROM pg_stat_get_activity(NULL) a, ${heldLock(text)} AND a.pid = l.pid) AS holder_ms`
 
 /**
  * Which row versions an attempt may replace: the one it saw after taking the lock, or one carrying its own token
@@ -116,13 +201,20 @@ const ours = (version: string, status: string, token: string) =>
 const ANY_ROW = '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
 
 /**
- * The finished record's columns and values, the same for the plain INSERT and the upsert, with the parameters of
- * the retention and the attempt's number (which follow the seen version and status in the upsert's).
+ * The finished record's columns and values, the same for the plain INSERT and the upsert, with the parameter of the
+ * retention (an interval: {@link retentionInterval}) and the attempt's number (which follow the seen version and
+ * status in the upsert's).
  */
 const finishedRow = (names: TableNames, retention: string, attempt: string) =>
   `INTO ${names.qualified} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, ${attempt}, now(), now(), now() + ${ms(retention)})`
+VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, ${attempt}, now(), now(), now() + ${retention}::interval)`
+
+/**
+ * A retention as the finish's interval parameter. An interval the statement reads as it is costs Postgres less per
+ * execution than milliseconds it multiplies into one.
+ */
+const retentionInterval = (retentionMs: number) => `${retentionMs} milliseconds`
 
 /**
  * The finished record of a key the attempt found absent, as a plain INSERT. The attempt holds the key's lock, so
@@ -131,7 +223,8 @@ VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, ${attempt}, now
  * transaction, business writes included, is rolled back. No ON CONFLICT clause: its arbiter check costs every new
  * key a second look at the index.
  */
-const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, '$10', '$11')}`
+// A key found absent is on its first attempt (see lock-reservation.ts, claimOf): `attempts` is 1, not a parameter.
+const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, '$10', '1')}`
 
 /**
  * The finished record over a row the attempt saw, as one upsert, fenced: it replaces only the row version this
@@ -155,10 +248,10 @@ ON CONFLICT (scope, operation, key) DO UPDATE SET
 
 /** The finished record's parameters: the id, fingerprint, status, response, request headers. */
 const RECORD_TYPES = [...ID_TYPES, 'text', 'text', 'integer', 'jsonb', 'bytea', 'jsonb']
-const INSERT_TYPES = [...RECORD_TYPES, 'float8', 'integer']
+const INSERT_TYPES = [...RECORD_TYPES, 'interval']
 // The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
 // that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
-const FINISH_TYPES = [...RECORD_TYPES, 'timestamptz', 'text', 'float8', 'integer', 'uuid']
+const FINISH_TYPES = [...RECORD_TYPES, 'timestamptz', 'text', 'interval', 'integer', 'uuid']
 
 /**
  * The statements of the lock protocol for a table, built once per engine; `fenced: false` (only to prove, in the
@@ -169,7 +262,7 @@ export function lockStatements(names: TableNames, fenced: boolean) {
     /**
      * The advisory lock, transaction-scoped, so it ends with the business transaction whatever happens to the
      * process. A collision of two in-flight keys only answers one of them 409. The same statement arms the lease
-     * guard ({@link leaseGuard}, the lease in milliseconds as `$4`): the transaction, and so the lock, cannot outlive
+     * guard ({@link leaseGuard}, the lease in milliseconds as `$2`), the key's {@link lockText} being `$1`: the transaction, and so the lock, cannot outlive
      * a holder that stopped while alive by more than the lease. `locked` is true only when both ran (an AND is true
      * only once both sides were evaluated, in whichever order); a lock not granted needs no guard.
      *
@@ -179,44 +272,59 @@ export function lockStatements(names: TableNames, fenced: boolean) {
      * snapshot is taken after the lock was granted: it sees every commit of whoever held the lock before.
      */
     lock: {
-      types: [...ID_TYPES, 'text'],
-      text: `SELECT pg_try_advisory_xact_lock(${lockKey(names)}) AND ${leaseGuard('$4')} IS NOT NULL AS locked, ${SERVER}
+      types: ['text', 'text'],
+      text: `SELECT pg_try_advisory_xact_lock(${lockKey('$1')}) AND ${leaseGuard('$2')} IS NOT NULL AS locked, ${SERVER}`,
+    },
+    /** {@link lock} run on the node that holds the key's shard (see {@link onKeysShard}): the same lock. */
+    lockOnShard: {
+      types: [...ID_TYPES, 'text', 'text'],
+      text: `SELECT pg_try_advisory_xact_lock(${lockKey('$4')}) AND ${leaseGuard('$5')} IS NOT NULL AS locked, ${SERVER}
 ${onKeysShard(names)}`,
     },
-    lockedLookup: { types: ID_TYPES, text: packedLockedRow(names) },
+    lockedLookup: {
+      types: ID_TYPES,
+      text: `SELECT ${ROW_JSON}, ${NOW_JSON} FROM ${names.qualified} AS k WHERE ${PK}`,
+    },
     /**
      * Whether another attempt holds the key's lock (and since when), and the key's row, without taking the lock: a
      * probe that took it, even for one statement, could make a real attempt fail to get it and answer 409 for
      * nothing.
      */
     inspect: {
-      types: ID_TYPES,
-      text: `SELECT EXISTS (SELECT 1 FROM ${heldLock(names)}) AS held, ${holderMs(names)}, e.*, ${SERVER}
-FROM (SELECT 1) AS one LEFT JOIN (${lockedRow(names)}) AS e ON true`,
+      types: [...ID_TYPES, 'text'],
+      text: `SELECT EXISTS (SELECT 1 FROM ${heldLock('$4')}) AS held, ${holderMs('$4')}, e.r, ${NOW_JSON}, ${SERVER}
+FROM (SELECT 1) AS one LEFT JOIN (SELECT ${ROW_JSON} FROM ${names.qualified} AS k WHERE ${PK}) AS e ON true`,
     },
     /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
-    holder: { types: ID_TYPES, text: `SELECT ${holderMs(names)} ${onKeysShard(names)}` },
+    holder: { types: [...ID_TYPES, 'text'], text: `SELECT ${holderMs('$4')} ${onKeysShard(names)}` },
     insertFinished: { types: INSERT_TYPES, text: insertFinishedText(names) },
     finish: { types: FINISH_TYPES, text: finishText(names, fenced) },
     saveRecoveryPoint: { types: SAVE_TYPES, text: saveRecoveryPointText(names) },
   })
   return {
-    lock: (id: RecordId, leaseGuardMs: number) => bind(texts.lock, [...idValues(id), String(leaseGuardMs)]),
+    /**
+     * The key's lock with the lease guard armed (see {@link texts.lock}), `onShard` where the key table may be
+     * distributed (Citus installed): there the statement must run on the node holding the key's shard.
+     */
+    lock: (id: RecordId, leaseGuardMs: number, onShard: boolean) =>
+      onShard
+        ? bind(texts.lockOnShard, [...idValues(id), lockText(names, id), String(leaseGuardMs)])
+        : bind(texts.lock, [lockText(names, id), String(leaseGuardMs)]),
     lockedLookup: (id: RecordId) => bind(texts.lockedLookup, idValues(id)),
-    inspect: (id: RecordId) => bind(texts.inspect, idValues(id)),
-    holder: (id: RecordId) => bind(texts.holder, idValues(id)),
+    inspect: (id: RecordId) => bind(texts.inspect, [...idValues(id), lockText(names, id)]),
+    holder: (id: RecordId) => bind(texts.holder, [...idValues(id), lockText(names, id)]),
     /**
      * The finished record, sent last before the COMMIT: a plain INSERT when the attempt found no row and wrote none
      * (no recovery point), the fenced upsert otherwise (or always, unfenced).
      */
     finish: (id: RecordId, record: FinishRecord) =>
       fenced && record.seen === null && record.token === null
-        ? bind(texts.insertFinished, [...recordValues(id, record), record.retentionMs, record.attempt])
+        ? bind(texts.insertFinished, [...recordValues(id, record), retentionInterval(record.retentionMs)])
         : bind(texts.finish, [
             ...recordValues(id, record),
             record.seen?.version ?? null,
             record.seen?.status ?? null,
-            record.retentionMs,
+            retentionInterval(record.retentionMs),
             record.attempt,
             record.token ?? NO_TOKEN,
           ]),
@@ -237,11 +345,12 @@ export function isFinishConflict(names: TableNames, error: unknown): boolean {
   return isUniqueViolation(error, names.primaryKey)
 }
 
-/** The inspection's answer: whether the lock is held, and the row (all null when there is none). */
-export type InspectedLock = { held: boolean; holder_ms: number | null; server: number } & (
-  | LockedLookupRow
-  | { [K in keyof LockedLookupRow]: null }
-)
+/** The inspection's answer: whether the lock is held (and since when), and the key's row (see {@link ROW_JSON}). */
+export interface InspectedLock extends RowJson {
+  held: boolean
+  holder_ms: number | null
+  server: number
+}
 
 /** The lock statement's answer: whether the lock was granted (and the lease guard armed). */
 export interface Locked {

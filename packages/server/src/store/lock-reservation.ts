@@ -48,6 +48,8 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   readonly #sql: lq.LockStatements
   /** Names the table's primary key, whose violation fences a finish out (see lq.isFinishConflict). */
   readonly #names: ResolvedStore<Tx>['names']
+  /** Whether the lock must be taken on the key's shard (Citus is installed); asked on the first reservation. */
+  #onShard: boolean | undefined
 
   constructor(store: ResolvedStore<Tx>, fenced: boolean, observe: ServerObserver) {
     this.#keys = new KeyRecords(store, fenced, observe)
@@ -60,17 +62,29 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
    * its own, so its snapshot follows the lock: see lq.lock).
    */
   async #lockAndLookup(session: Session<Tx>, request: ReserveRequest): Promise<Found> {
+    const onShard = this.#onShard ?? (await this.#askOnShard(session))
     const sentAt = performance.now()
     const results = await session.run([
       'BEGIN',
-      this.#sql.lock(request.id, this.#keys.guardMs(request)),
+      this.#sql.lock(request.id, this.#keys.guardMs(request), onShard),
       this.#sql.lockedLookup(request.id),
     ])
     const lock = firstRow<lq.Locked>(results[1])
     const server = lock?.server ?? 0
     if (lock) this.#keys.observe(server, sentAt)
-    const row = lq.unpackLockedRow(firstRow<{ r: string }>(results[2]), server)
+    const row = lq.lockedRowOf(firstRow<lq.RowJson>(results[2]), server)
     return { locked: lock?.locked === true, row, server }
+  }
+
+  /**
+   * Whether the database has Citus, where a lock statement that names no table would run on the node the session
+   * reached rather than on the one holding the key's shard (see lq.lockStatements). Asked once per engine, on the
+   * first reservation's session, before its transaction.
+   */
+  async #askOnShard(session: Session<Tx>): Promise<boolean> {
+    const [answer] = await session.run([CITUS_INSTALLED])
+    this.#onShard = firstRow<{ citus: boolean }>(answer)?.citus === true
+    return this.#onShard
   }
 
   /**
@@ -108,8 +122,8 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   async inspect(request: ReserveRequest, on: Exec): Promise<Inspection> {
     const sentAt = performance.now()
     const found = firstRow<lq.InspectedLock>(await on(this.#sql.inspect(request.id)))
-    if (found) this.#keys.observe(found.server as number, sentAt)
-    const row = found?.status == null ? undefined : (found as lq.LockedLookupRow)
+    if (found) this.#keys.observe(found.server, sentAt)
+    const row = lq.lockedRowOf(found, found?.server ?? 0)
     return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
   }
 
@@ -160,6 +174,12 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
     })
     return this.#keys.save(save, tx)
   }
+}
+
+/** Whether the Citus extension is installed in the database (see LockReservation's #askOnShard). */
+const CITUS_INSTALLED = {
+  text: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS citus",
+  values: [],
 }
 
 /** The claim of an attempt that got the key's lock and found it free. */
