@@ -71,18 +71,20 @@ function createDatabase(pool: pg.Pool, preparedStatements: boolean): Database<pg
 
   async function runOn(client: pg.ClientBase, steps: readonly Step[]): Promise<Rows[]> {
     if (steps.length > 1 && fitsOneMessage(steps)) {
-      const parts: string[] = []
+      let message = ''
       for (const step of steps) {
-        if (typeof step === 'string') parts.push(step)
+        if (message !== '') message += '; '
+        if (typeof step === 'string') message += step
         else if (step.name !== undefined && prepares()) {
           // Checked here rather than in prepare(): a statement the connection already holds costs no await.
           if (!preparedOn.get(client)?.has(sqlPreparedName(step))) await prepare(client, step)
-          parts.push(executeText(step))
-        } else parts.push(inlineText(step))
+          message += executeText(step)
+        } else message += inlineText(step)
       }
       // One result per statement of the message.
-      const results = (await client.query(parts.join('; '))) as unknown as pg.QueryResult[]
-      return results.map((result) => rowsOf(result))
+      const results = (await client.query(message)) as unknown as pg.QueryResult[]
+      for (const result of results) result.rowCount ??= 0
+      return results as Rows[]
     }
     const out: Rows[] = []
     for (const step of steps) {

@@ -24,7 +24,7 @@ export function sqlLiteral(value: unknown, type: string): string {
       return String(value)
     case 'bytea':
       if (!(value instanceof Uint8Array)) throw new TypeError('Expected the bytea argument to be bytes.')
-      return `decode('${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('hex')}', 'hex')`
+      return `decode('${(Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, value.byteLength)).toString('hex')}', 'hex')`
     case 'boolean':
       return value ? 'true' : 'false'
     case 'jsonb':

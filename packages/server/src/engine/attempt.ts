@@ -106,7 +106,8 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     } finally {
       clearTimeout(this.#keepAlive)
       this.#keepAlive = undefined
-      await this.#rollback()
+      // Most attempts end committed: no rollback, and no promise for one.
+      if (this.#open) await this.#rollback()
       this.#giveBack(abandoned)
     }
   }
@@ -216,14 +217,10 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     const durationMs = Date.now() - this.#started
     this.#env.durations.observe(this.#id.operation, durationMs)
     this.#env.events.emit?.({ type: 'executed', attempt, status: response.status, durationMs, ...this.#id })
-    return {
-      kind: 'executed',
-      response,
-      status,
-      attempt,
-      ...(this.#failedOpen ? { failedOpen: true } : {}),
-      ...(tooLarge ? { tooLarge } : {}),
-    }
+    const outcome: Outcome & { kind: 'executed' } = { kind: 'executed', response, status, attempt }
+    if (this.#failedOpen) outcome.failedOpen = true
+    if (tooLarge) outcome.tooLarge = tooLarge
+    return outcome
   }
 
   /** Frees the key after a retryable failure (the transaction rolled back), so the next attempt runs at once. */

@@ -13,7 +13,7 @@ import { Attempt, type AttemptEnvironment } from './attempt.js'
 import { EngineEvents } from './events.js'
 import { type FailOpenReservation, failOpenReservation } from './fail-open.js'
 import type { FaultOptions } from './faults.js'
-import { checkInput, checkRecordId, type ResolvedOptions, resolveOptions } from './options.js'
+import { checkRecordId, type ResolvedOptions, reserveRequestOf, resolveOptions } from './options.js'
 import { reaper } from './reaper.js'
 import { ReplayCache } from './replay-cache.js'
 import { ReplicationCheck } from './replication-check.js'
@@ -121,20 +121,14 @@ class Keys<Tx> {
   }
 
   async execute(input: ExecuteInput<Tx>): Promise<Outcome> {
-    const { leaseMs, retentionMs } = checkInput(input, this.#config)
-    const id: KeyId = { scope: input.scope, operation: input.operation, key: input.key }
-    const { fingerprint } = input
+    const request = reserveRequestOf(input, this.#config)
+    const { id, fingerprint } = request
     const cached = this.#cached(id)
     if (cached)
       return this.answers.answerInspection(id, fingerprint, { kind: 'cached', record: cached }, NOW)!
-    const request: ReserveRequest = {
-      id,
-      fingerprint,
-      leaseMs,
-      retentionMs,
-      requestHeaders: input.requestHeaders ?? null,
-    }
-    const waited = boundedWait(input.wait?.timeoutMs)
+    // The bounded wait of a duplicate, made once the key is found busy, counted from the request's start.
+    const startedAt = input.wait ? Date.now() : 0
+    let waited: (() => Promise<boolean>) | undefined
     let adaptedRetry = false
     for (let round = 0; ; ) {
       const sent = sentNow()
@@ -157,7 +151,7 @@ class Keys<Tx> {
         if (++round < MAX_RACE_ROUNDS) continue
         return { kind: 'in_progress', retryAfterMs: MIN_RETRY_AFTER_MS }
       }
-      if (reservation.kind === 'busy' && (await waited())) continue
+      if (reservation.kind === 'busy' && (await (waited ??= boundedWait(input.wait?.timeoutMs, startedAt))())) continue
       return this.answers.answerInspection(id, fingerprint, reservation, { kind: 'request', sent }) as Outcome
     }
   }

@@ -9,6 +9,7 @@ import {
   refuseTestingOptions,
   requiredFunction,
 } from '../options/check.js'
+import type { ReserveRequest } from '../store/reservation.js'
 import type { FaultOptions } from './faults.js'
 import { DEFAULT_REPLAY_HEADERS, FORBIDDEN_REPLAY_HEADERS } from './response.js'
 import type { EngineOptions, ExecuteInput, KeyId } from './types.js'
@@ -129,16 +130,22 @@ export function checkRecordId(input: KeyId & { fingerprint?: string }): KeyId {
   return { scope: input.scope, operation: input.operation, key: input.key }
 }
 
-export function checkInput<Tx>(
-  input: ExecuteInput<Tx>,
-  defaults: ResolvedOptions,
-): { leaseMs: number; retentionMs: number } {
-  checkRecordId(input)
+/** Checks an execution's input and returns what its reservation asks for. */
+export function reserveRequestOf<Tx>(input: ExecuteInput<Tx>, defaults: ResolvedOptions): ReserveRequest {
+  objectOption('input', input)
+  const problem = recordIdProblem(input)
+  if (problem) throw new TypeError(problem)
   requiredFunction('handler', input.handler)
   if (input.wait !== undefined) positiveInteger('wait.timeoutMs', input.wait?.timeoutMs)
   const leaseMs = input.leaseMs === undefined ? defaults.leaseMs : positiveInteger('leaseMs', input.leaseMs)
   const retentionMs =
     input.retentionMs === undefined ? defaults.retentionMs : positiveInteger('retentionMs', input.retentionMs)
   checkLeaseAndRetention(leaseMs, retentionMs)
-  return { leaseMs, retentionMs }
+  return {
+    id: { scope: input.scope, operation: input.operation, key: input.key },
+    fingerprint: input.fingerprint,
+    leaseMs,
+    retentionMs,
+    requestHeaders: input.requestHeaders ?? null,
+  }
 }

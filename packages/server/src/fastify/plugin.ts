@@ -239,14 +239,17 @@ function prepareRoute(
   routeOptions.handler = idempotent(original, route, template, core, tenant)
 }
 
-/** The preParsing hook of an idempotent route: refuses what its headers already tell is refused. */
+/**
+ * The preParsing hook of an idempotent route: refuses what its headers already tell is refused. Callback-style: an
+ * async hook costs every request a promise.
+ */
 const rejectEarly =
   (bodyLimit: number): preParsingHookHandler =>
-  async (request, _reply, payload) => {
+  (request, _reply, payload, done) => {
     const details = headerProblem((name) => request.headers[name], bodyLimit)
     // Answered by the route error handler before the body is read; nothing is reserved.
-    if (details) throw new RequestRefusedError(details)
-    return payload
+    if (details) done(new RequestRefusedError(details))
+    else done(null, payload)
   }
 
 /** The handler of an idempotent route: runs `original` through the engine and sends what the engine decided. */
@@ -277,11 +280,24 @@ function idempotent(
       // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
       held.undo()
       throw error
+    } finally {
+      if (reply.then === settledAtOnce) reply.then = Object.getPrototypeOf(reply).then
     }
     if (verdict === undefined) return reply
     if (verdict === PASS) return original.call(this, request, reply)
     return sendAnswer(reply, verdict, held)
   }
+}
+
+/**
+ * `reply.then` while the plugin holds the route's response: settled at once. A handler that returns `reply` (as
+ * Fastify's documentation shows) has its promise settled through `reply.then`, which waits for the response's end
+ * with stream listeners unless it was sent; a held response is sent only after the commit, so every request paid for
+ * those listeners. Nothing waits for the handler's promise once its response was handed over. The plugin's handler
+ * puts Fastify's own back before it returns `reply` to Fastify, which may still have to wait for a streamed body.
+ */
+function settledAtOnce(this: FastifyReply, fulfilled?: () => void): void {
+  fulfilled?.()
 }
 
 /** The engine's `run`: the route's handler with `request.idempotency` set, its response held until the commit. */
@@ -294,6 +310,7 @@ function runHeld(
 ): Promise<HandlerResponse> {
   ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
   ;(request as Held)[kHeld] = held
+  reply.then = settledAtOnce
   const send = reply.send
   reply.send = function (payload?: unknown) {
     held.sending()

@@ -317,17 +317,21 @@ FROM (SELECT 1) AS one LEFT JOIN (SELECT ${ROW_JSON} FROM ${names.qualified} AS 
      * The finished record, sent last before the COMMIT: a plain INSERT when the attempt found no row and wrote none
      * (no recovery point), the fenced upsert otherwise (or always, unfenced).
      */
-    finish: (id: RecordId, record: FinishRecord) =>
-      fenced && record.seen === null && record.token === null
-        ? bind(texts.insertFinished, [...recordValues(id, record), retentionInterval(record.retentionMs)])
-        : bind(texts.finish, [
-            ...recordValues(id, record),
-            record.seen?.version ?? null,
-            record.seen?.status ?? null,
-            retentionInterval(record.retentionMs),
-            record.attempt,
-            record.token ?? NO_TOKEN,
-          ]),
+    finish(id: RecordId, record: FinishRecord) {
+      const values = recordValues(id, record)
+      if (fenced && record.seen === null && record.token === null) {
+        values.push(retentionInterval(record.retentionMs))
+        return bind(texts.insertFinished, values)
+      }
+      values.push(
+        record.seen?.version ?? null,
+        record.seen?.status ?? null,
+        retentionInterval(record.retentionMs),
+        record.attempt,
+        record.token ?? NO_TOKEN,
+      )
+      return bind(texts.finish, values)
+    },
     saveRecoveryPoint: (id: RecordId, save: LockedRecoveryPoint) =>
       bind(texts.saveRecoveryPoint, saveValues(id, save)),
   }
@@ -390,7 +394,9 @@ const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 /** The values of {@link RECORD_TYPES}. */
 function recordValues(id: RecordId, record: FinishRecord): unknown[] {
   return [
-    ...idValues(id),
+    id.scope,
+    id.operation,
+    id.key,
     record.fingerprint,
     record.status,
     record.response.status,

@@ -108,11 +108,19 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   }
 
   async reserve(request: ReserveRequest): Promise<Reservation<LockClaim<Tx>>> {
-    const { session, found, state } = await this.#keys.reserving(async (session) => {
-      const found = await this.#lockAndLookup(session, request)
-      const holderMs = () => this.#holderMs(session, request)
-      return { session, found, state: await answer(found.locked, found.row, request.fingerprint, holderMs) }
-    })
+    const session = await this.#keys.database.session()
+    let found: Found
+    let state: Inspection
+    try {
+      found = await this.#lockAndLookup(session, request)
+      state =
+        answer(found.locked, found.row, request.fingerprint) ??
+        busySince(await this.#holderMs(session, request))
+    } catch (error) {
+      // The session goes back with the error, so a broken connection is not reused.
+      session.release(error as Error)
+      throw error
+    }
     if (state.kind === 'free') return { kind: 'claimed', claim: claimOf(request, session, found) }
     // Not ours to run: end the transaction without making the answer wait.
     this.#keys.endAside(session)
@@ -124,7 +132,7 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
     const found = firstRow<lq.InspectedLock>(await on(this.#sql.inspect(request.id)))
     if (found) this.#keys.observe(found.server, sentAt)
     const row = lq.lockedRowOf(found, found?.server ?? 0)
-    return answer(found?.held !== true, row, request.fingerprint, async () => found?.holder_ms ?? null)
+    return answer(found?.held !== true, row, request.fingerprint) ?? busySince(found?.holder_ms ?? null)
   }
 
   async complete(
@@ -222,15 +230,12 @@ function finishRecord<Tx>(
 /**
  * What the row says, for an attempt that may not take the key. A row in progress under a live lease was written by
  * the holder's recovery point: it says how long the holder has run since, and its lease. A lock held without such
- * a row says nothing but the holder's start, asked of pg_stat_activity (`holderMs`, when it was asked).
+ * a row says nothing but the holder's start: `null`, for the caller to ask pg_stat_activity (see {@link busySince}).
  */
-function answer(
-  locked: boolean,
-  row: lq.LockedLookupRow | undefined,
-  fingerprint: string,
-  holderMs: () => Promise<number | null>,
-): Inspection | Promise<Inspection> {
+function answer(locked: boolean, row: lq.LockedLookupRow | undefined, fingerprint: string): Inspection | null {
   const found = inspectionOf(row, fingerprint)
-  if (found.kind !== 'free' || locked) return found
-  return holderMs().then((heldForMs) => ({ kind: 'busy', heldForMs, leaseRemainingMs: null }))
+  return found.kind !== 'free' || locked ? found : null
 }
+
+/** A key whose lock is held by an attempt that has run for `heldForMs` (null: unknown). */
+const busySince = (heldForMs: number | null): Inspection => ({ kind: 'busy', heldForMs, leaseRemainingMs: null })

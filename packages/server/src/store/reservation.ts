@@ -129,5 +129,9 @@ export function inspectionOf(row: LookupRow | undefined, fingerprint: string): I
       leaseRemainingMs: row?.lease_remaining_ms ?? null,
     }
   }
-  return { kind: state }
+  return state === 'free' ? FREE : MISMATCH
 }
+
+// The answers that carry nothing but their kind, once: a new key is free on every first execution.
+const FREE: Inspection = Object.freeze({ kind: 'free' })
+const MISMATCH: Inspection = Object.freeze({ kind: 'mismatch' })
