@@ -11,7 +11,7 @@ import { LEDGER_SCHEMA } from './server/ledger.js'
 import { startServer } from './server/process.js'
 import { baselineOf, REGISTRY } from './server/registry.js'
 import { clientBench } from './suites/client.js'
-import { compare, type Scenario } from './suites/compare.js'
+import { compare, headToHead, type Scenario } from './suites/compare.js'
 import { storm } from './suites/storm.js'
 import { evaluateTargets } from './targets.js'
 
@@ -33,8 +33,16 @@ ${USAGE}`)
 }
 
 const defaults = options.quick
-  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300 }
-  : { rounds: 5, c1: 2000, c10: 10_000, warmup: 1000, stormKeys: 50, clientRequests: 2000 }
+  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300, headToHeadPairs: 9 }
+  : {
+      rounds: 5,
+      c1: 2000,
+      c10: 10_000,
+      warmup: 1000,
+      stormKeys: 50,
+      clientRequests: 2000,
+      headToHeadPairs: 9,
+    }
 const mode = options.requests
   ? {
       ...defaults,
@@ -98,6 +106,21 @@ try {
       warmupRequests: mode.warmup,
       log,
     })
+    // The floor target, judged head to head: each protocol of oncely against the floor, run after run.
+    if (options.shapes.includes('c10') && server.urls['sql-floor']) {
+      for (const variant of ['oncely-lock', 'oncely-row'].filter((name) => server.urls[name])) {
+        report.headToHead.push(
+          await headToHead({
+            urls: server.urls,
+            a: variant,
+            b: 'sql-floor',
+            shape: { name: 'c10', connections: 10, amount: mode.c10 },
+            pairs: mode.headToHeadPairs,
+            log,
+          }),
+        )
+      }
+    }
   }
   if (options.suites.has('storm')) {
     log(`\nduplicate storm: ${mode.stormKeys} keys x ${POOL_SIZE * 3} copies (server pool ${POOL_SIZE})`)

@@ -50,6 +50,6 @@ export function pairedRatios(a: ScenarioSummary, b: ScenarioSummary): number[] {
   return Array.from({ length: rounds }, (_, r) => ra[r]! / rb[r]!)
 }
 
-/** `0.91x (0.86–0.95, 3 rounds)`: a median with its min–max. */
-export const describeSpread = (s: Spread, digits = 2) =>
-  `${s.median.toFixed(digits)}x (${s.min.toFixed(digits)}–${s.max.toFixed(digits)}, ${s.values.length} rounds)`
+/** `0.91x (0.86–0.95, 3 rounds)`: a median with its min–max, over rounds (or `unit`, such as pairs of runs). */
+export const describeSpread = (s: Spread, digits = 2, unit = 'rounds') =>
+  `${s.median.toFixed(digits)}x (${s.min.toFixed(digits)}–${s.max.toFixed(digits)}, ${s.values.length} ${unit})`

@@ -11,7 +11,7 @@ import {
 import { round } from './stats.js'
 import type { AccountingRow } from './suites/accounting.js'
 import type { ClientSummary } from './suites/client.js'
-import type { ScenarioSummary } from './suites/compare.js'
+import type { HeadToHead, ScenarioSummary } from './suites/compare.js'
 import type { CpuSplit } from './suites/cpu.js'
 import type { InstancesResult } from './suites/instances.js'
 import type { OtelCost } from './suites/otel.js'
@@ -26,6 +26,8 @@ export interface BenchReport {
   rounds: number
   failedVariants: Record<string, string>
   server: ScenarioSummary[]
+  /** Two variants' first executions run against each other, pair after pair (see `headToHead`). */
+  headToHead: HeadToHead[]
   storm: StormResult[]
   client: ClientSummary[]
   reaper: ReaperResult | undefined
@@ -129,6 +131,7 @@ export function emptyReport(
     ...run,
     failedVariants: {},
     server: [],
+    headToHead: [],
     storm: [],
     client: [],
     reaper: undefined,
@@ -285,6 +288,24 @@ export function markdown(report: BenchReport): string {
     )
   }
   if (report.instances) parts.push(instancesMarkdown(report.instances))
+  if (report.headToHead.length > 0) {
+    parts.push(
+      `\n**head to head** (first executions, adjacent runs in A B, B A order; each value one pair's ratio of req/s)\n\n${table(
+        ['a', 'b', 'shape', 'a / b (median, min–max, quartiles)', 'per pair', 'failures'],
+        report.headToHead.map((h) => {
+          const s = spreadOf(h.ratios)!
+          return [
+            h.a,
+            h.b,
+            h.shape,
+            `${describeSpread(s, 2, 'pairs')}, q1–q3 ${s.q1.toFixed(2)}–${s.q3.toFixed(2)}`,
+            h.ratios.map((r) => r.toFixed(2)).join(' '),
+            h.failures,
+          ]
+        }),
+      )}`,
+    )
+  }
   parts.push(
     `\n**targets**\n\n${table(
       ['target', 'goal', 'measured (median, min–max of paired rounds where judged on them)', 'met'],
@@ -326,6 +347,7 @@ export function summary(report: BenchReport): unknown {
     rounds: report.rounds,
     failedVariants: report.failedVariants,
     server,
+    headToHead: report.headToHead.map((h) => ({ ...h, ratios: h.ratios.map((r) => round(r)) })),
     storm: report.storm.map((s) => ({
       ...s,
       p50Ms: round(s.p50Ms),

@@ -123,6 +123,36 @@ describe('evaluateTargets on paired rounds', () => {
     expect(t.rounds?.median).toBeCloseTo(0.85)
   })
 
+  it('judges the SQL-floor target on the head-to-head pairs of runs when the run has them', () => {
+    // The rounds against the baselines say 0.94x; the direct pairs, which the target prefers, say 0.85x.
+    const lock = scenario('oncely-lock', 'first', [
+      [1000, 760],
+      [1000, 400],
+      [1000, 750],
+    ])
+    const withPairs: BenchReport = {
+      ...report([floor, lock]),
+      headToHead: [
+        {
+          a: 'oncely-lock',
+          b: 'sql-floor',
+          shape: 'c10',
+          ratios: [0.8, 0.86, 0.85, 0.95, 0.84],
+          failures: 0,
+        },
+      ],
+    }
+    const t = evaluateTargets(withPairs).find(
+      (found) =>
+        found.name.startsWith('first execution throughput against the SQL floor') &&
+        found.name.includes("'lock'"),
+    )!
+    expect(t.met).toBe(false)
+    expect(t.goal).toMatch(/head-to-head/)
+    expect(t.rounds).toMatchObject({ median: 0.85, min: 0.8, max: 0.95 })
+    expect(t.measured).toBe('0.85x (0.80–0.95, 5 pairs)')
+  })
+
   it('holds oncely to the best peer by median ratio, and reports the distance between them', () => {
     const lock = scenario('oncely-lock', 'first', [
       [1000, 600],

@@ -160,3 +160,56 @@ export async function compare(options: CompareOptions): Promise<ScenarioSummary[
   }
   return summaries
 }
+
+/** Two variants' first executions against each other, run after run (see {@link headToHead}). */
+export interface HeadToHead {
+  a: string
+  b: string
+  shape: string
+  /** `a`'s req/s over `b`'s, one value per adjacent pair of runs, in order. */
+  ratios: number[]
+  /** Non-2xx responses or socket errors over all the runs of either (should be 0). */
+  failures: number
+}
+
+/**
+ * Two variants' first executions measured directly against each other, in adjacent runs ordered A B, B A, A B...
+ * (so a steady drift of the machine favours neither side): each pair of runs gives one ratio of `a` to `b`. A target
+ * comparing two variants is judged on these rather than on the ratio of two ratios to two baseline runs, which
+ * carries the noise of four runs instead of two; on a shared two-core machine that noise moved the median of three
+ * such rounds by more than 0.3 between runs of one build.
+ */
+export async function headToHead(options: {
+  urls: Record<string, string>
+  a: string
+  b: string
+  shape: Shape
+  pairs: number
+  log: (line: string) => void
+}): Promise<HeadToHead> {
+  const { shape, log } = options
+  const run = (variant: string) =>
+    load({
+      url: options.urls[variant]!,
+      connections: shape.connections,
+      amount: shape.amount,
+      nextKey: keySequence(runPrefix(`h2h-${variant}`)),
+    })
+  log(`\nhead to head, ${shape.name}: ${options.a} against ${options.b}, ${options.pairs} pairs of runs`)
+  await run(options.a)
+  await run(options.b)
+  const ratios: number[] = []
+  let failed = 0
+  for (let pair = 0; pair < options.pairs; pair++) {
+    const aFirst = pair % 2 === 0
+    const first = await run(aFirst ? options.a : options.b)
+    const second = await run(aFirst ? options.b : options.a)
+    const [a, b] = aFirst ? [first, second] : [second, first]
+    failed += failures(a) + failures(b)
+    ratios.push(a.rps / b.rps)
+    log(
+      `  pair ${pair + 1} ${options.a} ${a.rps.toFixed(0)} req/s, ${options.b} ${b.rps.toFixed(0)} req/s: ${(a.rps / b.rps).toFixed(2)}x`,
+    )
+  }
+  return { a: options.a, b: options.b, shape: shape.name, ratios, failures: failed }
+}
