@@ -39,10 +39,10 @@ it('prepares its statements once per table on a shared connection, and both tabl
     `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name`,
   )
   const kinds = rows.map((row) => row.name.replace(/_[0-9a-f]{24}/, ''))
-  // The row protocol's reservation and completion; the lock protocol's lookup and the finish of a new key (a plain
+  // The row protocol's reservation and completion; the lock protocol's lookup and the finish of a new key's success (a plain
   // INSERT): once per table, each named after the property that builds it. The lock protocol's lock names no table
   // (the table is in its parameter, the text it hashes), so both stores share it.
-  const prepared = reservation === 'row' ? ['complete', 'reserve'] : ['insert_finished', 'locked_lookup']
+  const prepared = reservation === 'row' ? ['complete', 'reserve'] : ['insert_succeeded', 'locked_lookup']
   const shared = reservation === 'row' ? [] : ['oncely_lock_sql']
   expect(kinds.sort()).toEqual(
     [...shared, ...prepared.flatMap((kind) => [`oncely_${kind}_sql`, `oncely_${kind}_sql`])].sort(),

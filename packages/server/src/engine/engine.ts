@@ -151,7 +151,10 @@ class Keys<Tx> {
         if (++round < MAX_RACE_ROUNDS) continue
         return { kind: 'in_progress', retryAfterMs: MIN_RETRY_AFTER_MS }
       }
-      if (reservation.kind === 'busy' && (await (waited ??= boundedWait(input.wait?.timeoutMs, startedAt))())) continue
+      if (reservation.kind === 'busy') {
+        waited ??= boundedWait(input.wait?.timeoutMs, startedAt)
+        if (await waited()) continue
+      }
       return this.answers.answerInspection(id, fingerprint, reservation, { kind: 'request', sent }) as Outcome
     }
   }

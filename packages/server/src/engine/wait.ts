@@ -6,10 +6,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * once when the next poll would end past the deadline (or when there is no wait at all). The wait counts from
  * `startedAt`, the request's start.
  */
-export function boundedWait(
-  timeoutMs: number | undefined,
-  startedAt = Date.now(),
-): () => Promise<boolean> {
+export function boundedWait(timeoutMs: number | undefined, startedAt = Date.now()): () => Promise<boolean> {
   const deadline = timeoutMs === undefined ? 0 : startedAt + timeoutMs
   let pollMs = 25
   return async () => {

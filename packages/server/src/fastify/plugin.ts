@@ -281,6 +281,7 @@ function idempotent(
       held.undo()
       throw error
     } finally {
+      // biome-ignore lint/suspicious/noThenProperty: Fastify's reply is a thenable; this puts its own then back.
       if (reply.then === settledAtOnce) reply.then = Object.getPrototypeOf(reply).then
     }
     if (verdict === undefined) return reply
@@ -310,6 +311,7 @@ function runHeld(
 ): Promise<HandlerResponse> {
   ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
   ;(request as Held)[kHeld] = held
+  // biome-ignore lint/suspicious/noThenProperty: see settledAtOnce; the reply stays a thenable, settled at once.
   reply.then = settledAtOnce
   const send = reply.send
   reply.send = function (payload?: unknown) {

@@ -200,15 +200,35 @@ const ours = (version: string, status: string, token: string) =>
 /** The unfenced finish's stand-in for {@link ours}: always true, using the same parameters so the types hold. */
 const ANY_ROW = '$10::timestamptz IS NULL OR $11::text IS NULL OR $14::uuid IS NULL OR true'
 
-/**
- * The finished record's columns and values, the same for the plain INSERT and the upsert, with the parameter of the
- * retention (an interval: {@link retentionInterval}) and the attempt's number (which follow the seen version and
- * status in the upsert's).
- */
-const finishedRow = (names: TableNames, retention: string, attempt: string) =>
+/** What a finish writes into the columns that differ between its statements, as SQL (a parameter or a constant). */
+interface FinishedValues {
+  status: string
+  requestHeaders: string
+  responseStatus: string
+  responseHeaders: string
+  responseBody: string
+  /** An interval: {@link retentionInterval}. */
+  retention: string
+  attempt: string
+}
+
+/** The finished record's columns and values, the same for each INSERT of a finish and for the upsert. */
+const finishedRow = (names: TableNames, v: FinishedValues) =>
   `INTO ${names.qualified} AS k (scope, operation, key, fingerprint, status, request_headers, response_status,
   response_headers, response_body, attempts, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $9::jsonb, $6, $7::jsonb, $8::bytea, ${attempt}, now(), now(), now() + ${retention}::interval)`
+VALUES ($1, $2, $3, $4, ${v.status}, ${v.requestHeaders}::jsonb, ${v.responseStatus}, ${v.responseHeaders}::jsonb,
+  ${v.responseBody}::bytea, ${v.attempt}, now(), now(), now() + ${v.retention}::interval)`
+
+/** The record's values as parameters $5 to $9 (see {@link RECORD_TYPES}), then the retention's and the attempt's. */
+const RECORD_VALUES = (retention: string, attempt: string): FinishedValues => ({
+  status: '$5',
+  responseStatus: '$6',
+  responseHeaders: '$7',
+  responseBody: '$8',
+  requestHeaders: '$9',
+  retention,
+  attempt,
+})
 
 /**
  * A retention as the finish's interval parameter. An interval the statement reads as it is costs Postgres less per
@@ -224,7 +244,23 @@ const retentionInterval = (retentionMs: number) => `${retentionMs} milliseconds`
  * key a second look at the index.
  */
 // A key found absent is on its first attempt (see lock-reservation.ts, claimOf): `attempts` is 1, not a parameter.
-const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, '$10', '1')}`
+const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, RECORD_VALUES('$10', '1'))}`
+
+/**
+ * {@link insertFinishedText} for the finish of nearly every first execution: a success, with no request headers to
+ * store. Each parameter of a prepared statement costs Postgres its own parsing and conversion on every execution;
+ * these two are constants here.
+ */
+const insertSucceededText = (names: TableNames) =>
+  `INSERT ${finishedRow(names, {
+    status: "'succeeded'",
+    requestHeaders: 'NULL',
+    responseStatus: '$5',
+    responseHeaders: '$6',
+    responseBody: '$7',
+    retention: '$8',
+    attempt: '1',
+  })}`
 
 /**
  * The finished record over a row the attempt saw, as one upsert, fenced: it replaces only the row version this
@@ -238,7 +274,7 @@ const insertFinishedText = (names: TableNames) => `INSERT ${finishedRow(names, '
  * inspect before the COMMIT.
  */
 const finishText = (names: TableNames, fenced: boolean) =>
-  `INSERT ${finishedRow(names, '$12', '$13')}
+  `INSERT ${finishedRow(names, RECORD_VALUES('$12', '$13'))}
 ON CONFLICT (scope, operation, key) DO UPDATE SET
   ${replaceRow({
     status: `CASE WHEN ${fenced ? ours('$10', '$11', '$14') : ANY_ROW} THEN excluded.status ELSE (k.status || ${quoteLiteral(` ${FENCE_MARKER}`)})::int::text END`,
@@ -249,6 +285,7 @@ ON CONFLICT (scope, operation, key) DO UPDATE SET
 /** The finished record's parameters: the id, fingerprint, status, response, request headers. */
 const RECORD_TYPES = [...ID_TYPES, 'text', 'text', 'integer', 'jsonb', 'bytea', 'jsonb']
 const INSERT_TYPES = [...RECORD_TYPES, 'interval']
+const SUCCEEDED_TYPES = [...ID_TYPES, 'text', 'integer', 'jsonb', 'bytea', 'interval']
 // The seen version ($10) is a timestamptz parameter rather than a text cast in the statement: Citus refuses a cast
 // that is not IMMUTABLE (text to timestamptz depends on the time zone) in the DO UPDATE clause.
 const FINISH_TYPES = [...RECORD_TYPES, 'timestamptz', 'text', 'interval', 'integer', 'uuid']
@@ -298,6 +335,7 @@ FROM (SELECT 1) AS one LEFT JOIN (SELECT ${ROW_JSON} FROM ${names.qualified} AS 
     /** How long the holder of a key's lock has held it, asked by a duplicate that did not get the lock. */
     holder: { types: [...ID_TYPES, 'text'], text: `SELECT ${holderMs('$4')} ${onKeysShard(names)}` },
     insertFinished: { types: INSERT_TYPES, text: insertFinishedText(names) },
+    insertSucceeded: { types: SUCCEEDED_TYPES, text: insertSucceededText(names) },
     finish: { types: FINISH_TYPES, text: finishText(names, fenced) },
     saveRecoveryPoint: { types: SAVE_TYPES, text: saveRecoveryPointText(names) },
   })
@@ -318,8 +356,22 @@ FROM (SELECT 1) AS one LEFT JOIN (SELECT ${ROW_JSON} FROM ${names.qualified} AS 
      * (no recovery point), the fenced upsert otherwise (or always, unfenced).
      */
     finish(id: RecordId, record: FinishRecord) {
+      const fresh = fenced && record.seen === null && record.token === null
+      if (fresh && record.status === 'succeeded' && record.requestHeaders === null) {
+        const { response } = record
+        return bind(texts.insertSucceeded, [
+          id.scope,
+          id.operation,
+          id.key,
+          record.fingerprint,
+          response.status,
+          JSON.stringify(response.headers),
+          response.body,
+          retentionInterval(record.retentionMs),
+        ])
+      }
       const values = recordValues(id, record)
-      if (fenced && record.seen === null && record.token === null) {
+      if (fresh) {
         values.push(retentionInterval(record.retentionMs))
         return bind(texts.insertFinished, values)
       }

@@ -232,10 +232,18 @@ function finishRecord<Tx>(
  * the holder's recovery point: it says how long the holder has run since, and its lease. A lock held without such
  * a row says nothing but the holder's start: `null`, for the caller to ask pg_stat_activity (see {@link busySince}).
  */
-function answer(locked: boolean, row: lq.LockedLookupRow | undefined, fingerprint: string): Inspection | null {
+function answer(
+  locked: boolean,
+  row: lq.LockedLookupRow | undefined,
+  fingerprint: string,
+): Inspection | null {
   const found = inspectionOf(row, fingerprint)
   return found.kind !== 'free' || locked ? found : null
 }
 
 /** A key whose lock is held by an attempt that has run for `heldForMs` (null: unknown). */
-const busySince = (heldForMs: number | null): Inspection => ({ kind: 'busy', heldForMs, leaseRemainingMs: null })
+const busySince = (heldForMs: number | null): Inspection => ({
+  kind: 'busy',
+  heldForMs,
+  leaseRemainingMs: null,
+})
