@@ -33,7 +33,7 @@ ${USAGE}`)
 }
 
 const defaults = options.quick
-  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300, headToHeadPairs: 9 }
+  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300, headToHeadBlocks: 6 }
   : {
       rounds: 5,
       c1: 2000,
@@ -41,7 +41,7 @@ const defaults = options.quick
       warmup: 1000,
       stormKeys: 50,
       clientRequests: 2000,
-      headToHeadPairs: 9,
+      headToHeadBlocks: 6,
     }
 const mode = options.requests
   ? {
@@ -115,7 +115,7 @@ try {
             a: variant,
             b: 'sql-floor',
             shape: { name: 'c10', connections: 10, amount: mode.c10 },
-            pairs: mode.headToHeadPairs,
+            blocks: mode.headToHeadBlocks,
             log,
           }),
         )

@@ -290,15 +290,15 @@ export function markdown(report: BenchReport): string {
   if (report.instances) parts.push(instancesMarkdown(report.instances))
   if (report.headToHead.length > 0) {
     parts.push(
-      `\n**head to head** (first executions, adjacent runs in A B, B A order; each value one pair's ratio of req/s)\n\n${table(
-        ['a', 'b', 'shape', 'a / b (median, min–max, quartiles)', 'per pair', 'failures'],
+      `\n**head to head** (first executions in blocks of four adjacent runs, A B B A; each value one block's ratio of req/s)\n\n${table(
+        ['a', 'b', 'shape', 'a / b (median, min–max, quartiles)', 'per block', 'failures'],
         report.headToHead.map((h) => {
           const s = spreadOf(h.ratios)!
           return [
             h.a,
             h.b,
             h.shape,
-            `${describeSpread(s, 2, 'pairs')}, q1–q3 ${s.q1.toFixed(2)}–${s.q3.toFixed(2)}`,
+            `${describeSpread(s, 2, 'blocks')}, q1–q3 ${s.q1.toFixed(2)}–${s.q3.toFixed(2)}`,
             h.ratios.map((r) => r.toFixed(2)).join(' '),
             h.failures,
           ]

@@ -79,8 +79,8 @@ export function evaluateTargets(report: BenchReport): Target[] {
     { variant: 'oncely-row', label: "reservation: 'row'" },
   ].filter((p, i) => i === 0 || [...summaries, ...report.scale].some((s) => s.scenario.variant === p.variant))
   // The floor: the lock protocol's SQL by hand in the route. What oncely adds above it is the library's own cost (HTTP
-  // adapter, engine), which is what these two targets hold to account. Judged on the head-to-head pairs of runs (each
-  // protocol against the floor, run after run) when the run has them, else on the per-round ratio of the two ratios
+  // adapter, engine), which is what these two targets hold to account. Judged on the head-to-head blocks of runs (each
+  // protocol against the floor, A B B A) when the run has them, else on the per-round ratio of the two ratios
   // to their adjacent baselines, so a round's drift cancels.
   const floor = find(summaries, 'sql-floor-first', 'c10')
   const firstCpu = (variant: string) => report.cpu.find((c) => c.variant === variant && c.path === 'first')
@@ -96,9 +96,9 @@ export function evaluateTargets(report: BenchReport): Target[] {
     targets.push({
       name: `first execution throughput against the SQL floor, 10 connections, ${label}`,
       goal: direct
-        ? '>= 0.9x sql-floor req/s (median of head-to-head pairs of runs)'
+        ? '>= 0.9x sql-floor req/s (median of head-to-head blocks of runs)'
         : '>= 0.9x sql-floor req/s (median of paired rounds)',
-      measured: rounds ? describeSpread(rounds, 2, direct ? 'pairs' : 'rounds') : 'not measured',
+      measured: rounds ? describeSpread(rounds, 2, direct ? 'blocks' : 'rounds') : 'not measured',
       met: rounds ? rounds.median >= 0.9 : null,
       ...(rounds ? { rounds } : {}),
     })

@@ -123,8 +123,8 @@ describe('evaluateTargets on paired rounds', () => {
     expect(t.rounds?.median).toBeCloseTo(0.85)
   })
 
-  it('judges the SQL-floor target on the head-to-head pairs of runs when the run has them', () => {
-    // The rounds against the baselines say 0.94x; the direct pairs, which the target prefers, say 0.85x.
+  it('judges the SQL-floor target on the head-to-head blocks of runs when the run has them', () => {
+    // The rounds against the baselines say 0.94x; the direct blocks, which the target prefers, say 0.85x.
     const lock = scenario('oncely-lock', 'first', [
       [1000, 760],
       [1000, 400],
@@ -150,7 +150,7 @@ describe('evaluateTargets on paired rounds', () => {
     expect(t.met).toBe(false)
     expect(t.goal).toMatch(/head-to-head/)
     expect(t.rounds).toMatchObject({ median: 0.85, min: 0.8, max: 0.95 })
-    expect(t.measured).toBe('0.85x (0.80–0.95, 5 pairs)')
+    expect(t.measured).toBe('0.85x (0.80–0.95, 5 blocks)')
   })
 
   it('holds oncely to the best peer by median ratio, and reports the distance between them', () => {

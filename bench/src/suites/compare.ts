@@ -166,25 +166,27 @@ export interface HeadToHead {
   a: string
   b: string
   shape: string
-  /** `a`'s req/s over `b`'s, one value per adjacent pair of runs, in order. */
+  /** `a`'s req/s over `b`'s, one value per block of four runs (A B B A), in order. */
   ratios: number[]
   /** Non-2xx responses or socket errors over all the runs of either (should be 0). */
   failures: number
 }
 
 /**
- * Two variants' first executions measured directly against each other, in adjacent runs ordered A B, B A, A B...
- * (so a steady drift of the machine favours neither side): each pair of runs gives one ratio of `a` to `b`. A target
- * comparing two variants is judged on these rather than on the ratio of two ratios to two baseline runs, which
- * carries the noise of four runs instead of two; on a shared two-core machine that noise moved the median of three
- * such rounds by more than 0.3 between runs of one build.
+ * Two variants' first executions measured directly against each other, in blocks of four adjacent runs, A B B A:
+ * each block gives one ratio, `a`'s req/s over `b`'s as the geometric mean of its two runs of each, so a drift of the
+ * machine that is steady over the block cancels, and so does a disturbance that comes every other run (a periodic
+ * collection, a checkpoint), which falls on each side once. A target comparing two variants is judged on the median
+ * of these rather than on the ratio of two ratios to two baseline runs, which carries the noise of four runs without
+ * cancelling either: on a shared two-core machine that moved the median of three such rounds by more than 0.3
+ * between runs of one build, and plain A B pairs alternated by 0.3 with which side ran first.
  */
 export async function headToHead(options: {
   urls: Record<string, string>
   a: string
   b: string
   shape: Shape
-  pairs: number
+  blocks: number
   log: (line: string) => void
 }): Promise<HeadToHead> {
   const { shape, log } = options
@@ -195,20 +197,23 @@ export async function headToHead(options: {
       amount: shape.amount,
       nextKey: keySequence(runPrefix(`h2h-${variant}`)),
     })
-  log(`\nhead to head, ${shape.name}: ${options.a} against ${options.b}, ${options.pairs} pairs of runs`)
+  log(
+    `\nhead to head, ${shape.name}: ${options.a} against ${options.b}, ${options.blocks} blocks of four runs`,
+  )
   await run(options.a)
   await run(options.b)
   const ratios: number[] = []
   let failed = 0
-  for (let pair = 0; pair < options.pairs; pair++) {
-    const aFirst = pair % 2 === 0
-    const first = await run(aFirst ? options.a : options.b)
-    const second = await run(aFirst ? options.b : options.a)
-    const [a, b] = aFirst ? [first, second] : [second, first]
-    failed += failures(a) + failures(b)
-    ratios.push(a.rps / b.rps)
+  for (let block = 0; block < options.blocks; block++) {
+    const a1 = await run(options.a)
+    const b1 = await run(options.b)
+    const b2 = await run(options.b)
+    const a2 = await run(options.a)
+    failed += failures(a1) + failures(b1) + failures(b2) + failures(a2)
+    const ratio = Math.sqrt((a1.rps * a2.rps) / (b1.rps * b2.rps))
+    ratios.push(ratio)
     log(
-      `  pair ${pair + 1} ${options.a} ${a.rps.toFixed(0)} req/s, ${options.b} ${b.rps.toFixed(0)} req/s: ${(a.rps / b.rps).toFixed(2)}x`,
+      `  block ${block + 1} ${options.a} ${a1.rps.toFixed(0)}, ${a2.rps.toFixed(0)} req/s; ${options.b} ${b1.rps.toFixed(0)}, ${b2.rps.toFixed(0)} req/s: ${ratio.toFixed(2)}x`,
     )
   }
   return { a: options.a, b: options.b, shape: shape.name, ratios, failures: failed }

@@ -57,7 +57,9 @@ interface Entry {
 // (NTP slews at most 500 ppm) cannot keep an entry past its expiry: 24 h of retention is cut by 86 s.
 const CLOCK_RATE_MARGIN = 0.999
 
-const idOf = (id: RecordId) => `${id.scope.length}:${id.scope}${id.operation.length}:${id.operation}${id.key}`
+// The entry's key: the id's three parts joined by NUL, which no text in Postgres can hold, so no two ids share one (an
+// id with a NUL in it never has a record to remember) and nothing is converted to build it.
+const idOf = (id: RecordId) => `${id.scope}\u0000${id.operation}\u0000${id.key}`
 
 /**
  * A bounded LRU of finished key records (succeeded or failed_permanent). Such a record cannot change until it

@@ -17,7 +17,7 @@ import {
   replyWriter,
   writeReplacement,
 } from '../http/answer.js'
-import { createHttpCore, type HttpCore, PASS, type Verdict } from '../http/core.js'
+import { createHttpCore, type Exchange, type HttpCore, PASS, type Verdict } from '../http/core.js'
 import { HeldResponse } from '../http/held.js'
 import { nodeChunks } from '../http/node.js'
 import { checkAdapterOptions, type ResolvedRoute, resolveRoute } from '../http/options.js'
@@ -261,21 +261,11 @@ function idempotent(
   tenant: Tenant,
 ): RouteHandlerMethod {
   return async function idempotentHandler(this: FastifyInstance, request, reply) {
-    const held = new HeldResponse(writer, reply)
+    const exchange = new FastifyExchange(this, request, reply, original, template, tenant)
+    const { held } = exchange
     let verdict: Verdict | undefined
     try {
-      verdict = await core.handle(route, {
-        method: request.method,
-        route: template,
-        path: decodePath(targetPath(request.url)),
-        header: (name) => request.headers[name],
-        body: request.body,
-        query: () => request.query as Record<string, unknown>,
-        tenant: () => tenant(request),
-        log: request.log,
-        held,
-        run: (ctx) => runHeld(held, ctx, request, reply, () => original.call(this, request, reply)),
-      })
+      verdict = await core.handle(route, exchange)
     } catch (error) {
       // The handler threw a retryable error (its writes rolled back): the error page carries none of its headers.
       held.undo()
@@ -291,6 +281,69 @@ function idempotent(
 }
 
 /**
+ * One request of an idempotent route as the HTTP core sees it (see `Exchange`): one object of one class, rather than
+ * an object literal and a closure per function for every request.
+ */
+class FastifyExchange implements Exchange<RegisteredTx> {
+  readonly method: string
+  readonly path: string
+  readonly body: unknown
+  readonly log: FastifyRequest['log']
+  readonly held: HeldResponse<FastifyReply>
+
+  constructor(
+    readonly instance: FastifyInstance,
+    readonly request: FastifyRequest,
+    readonly reply: FastifyReply,
+    readonly original: RouteHandlerMethod,
+    /** The route template, such as `/v1/orders/:id`. */
+    readonly route: string,
+    readonly tenantOf: Tenant,
+  ) {
+    this.method = request.method
+    this.path = decodePath(targetPath(request.url))
+    this.body = request.body
+    this.log = request.log
+    this.held = new HeldResponse(writer, reply)
+  }
+
+  header(name: string) {
+    return this.request.headers[name]
+  }
+
+  query() {
+    return this.request.query as Record<string, unknown>
+  }
+
+  tenant() {
+    return this.tenantOf(this.request)
+  }
+
+  /** The engine's `run`: the route's handler with `request.idempotency` set, its response held until the commit. */
+  run(ctx: FastifyIdempotencyContext): Promise<HandlerResponse> {
+    const { request, reply, held } = this
+    ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
+    ;(request as Held)[kHeld] = held
+    // biome-ignore lint/suspicious/noThenProperty: see settledAtOnce; the reply stays a thenable, settled at once.
+    reply.then = settledAtOnce
+    const send = reply.send
+    reply.send = function (payload?: unknown) {
+      held.sending()
+      reply.send = send
+      return send.call(this, payload)
+    }
+    return held.run(this.#invoke, this.#returned)
+  }
+
+  readonly #invoke = (): unknown => this.original.call(this.instance, this.request, this.reply)
+
+  /** A value the handler returned without sending (Fastify sends what an async handler returns). */
+  readonly #returned = (value: unknown): void => {
+    if (value !== undefined && value !== this.reply) this.reply.send(value)
+  }
+}
+
+/**
  * `reply.then` while the plugin holds the route's response: settled at once. A handler that returns `reply` (as
  * Fastify's documentation shows) has its promise settled through `reply.then`, which waits for the response's end
  * with stream listeners unless it was sent; a held response is sent only after the commit, so every request paid for
@@ -299,29 +352,6 @@ function idempotent(
  */
 function settledAtOnce(this: FastifyReply, fulfilled?: () => void): void {
   fulfilled?.()
-}
-
-/** The engine's `run`: the route's handler with `request.idempotency` set, its response held until the commit. */
-function runHeld(
-  held: HeldResponse<FastifyReply>,
-  ctx: FastifyIdempotencyContext,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  handler: () => unknown,
-): Promise<HandlerResponse> {
-  ;(request as { idempotency: FastifyIdempotencyContext | null }).idempotency = ctx
-  ;(request as Held)[kHeld] = held
-  // biome-ignore lint/suspicious/noThenProperty: see settledAtOnce; the reply stays a thenable, settled at once.
-  reply.then = settledAtOnce
-  const send = reply.send
-  reply.send = function (payload?: unknown) {
-    held.sending()
-    reply.send = send
-    return send.call(this, payload)
-  }
-  return held.run(handler, (value) => {
-    if (value !== undefined && value !== reply) reply.send(value)
-  })
 }
 
 /**

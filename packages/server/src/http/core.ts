@@ -21,15 +21,16 @@ export interface Exchange<Tx = unknown> {
    * `/v1/orders/42`: part of the fingerprint, so the same key on another resource is a mismatch.
    */
   path: string
-  header: HeaderReader
+  /** A request header by its lower-case name. */
+  header(name: string): ReturnType<HeaderReader>
   /** The strictly parsed JSON body, `undefined` without one. */
   body: unknown
   /** The parsed query string; read only when the route fingerprints it. */
-  query: () => Record<string, unknown> | undefined
+  query(): Record<string, unknown> | undefined
   /** Calls the adapter's `tenant` option on the framework's request. */
-  tenant: () => unknown
+  tenant(): unknown
   /** Runs the route's handler with the context and resolves with its response once it answered. */
-  run: (ctx: ExecutionContext<Tx>) => Promise<HandlerResponse>
+  run(ctx: ExecutionContext<Tx>): Promise<HandlerResponse>
   log: AdapterLogger
   /**
    * The request's held response (see `HeldResponse`): once the handler sent through it, the answer (or the error)
@@ -115,7 +116,9 @@ export function createHttpCore<Tx>(engine: Engine<Tx>, adapter: string): HttpCor
       return problemAnswer(problem(parsed.code, parsed.detail))
     }
     const key = parsed.key
-    const scope = await exchange.tenant()
+    // Awaited only when the tenant function is async: awaiting a plain value still costs a promise and a tick.
+    const tenant = exchange.tenant()
+    const scope = isThenable(tenant) ? await tenant : tenant
     if (typeof scope !== 'string' || scope === '') {
       return misconfigured(
         exchange.log,
@@ -140,14 +143,14 @@ export function createHttpCore<Tx>(engine: Engine<Tx>, adapter: string): HttpCor
       scope,
       operation,
       key,
-      fingerprint: fingerprintOf(route, exchange, exchange.query),
+      fingerprint: fingerprintOf(route, exchange),
       handler: async (ctx) => {
         const response = await exchange.run(ctx)
         responded = true
         return response
       },
     }
-    const requestHeaders = storedRequestHeaders(route, exchange.header)
+    const requestHeaders = storedRequestHeaders(route, exchange)
     if (requestHeaders) input.requestHeaders = requestHeaders
     if (route.classify) input.classify = route.classify
     if (route.renderError) input.renderError = route.renderError
@@ -189,6 +192,9 @@ function logTrouble(
     )
   }
 }
+
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  typeof (value as PromiseLike<unknown> | null)?.then === 'function'
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error)
