@@ -146,7 +146,8 @@ class Keys<Tx> {
         if (!input.failOpen) return this.answers.unavailable(found.error)
         return this.#failOpen(input, request)
       }
-      if (reservation.kind === 'claimed') return this.#run(input, this.#protocol, reservation.claim, sent)
+      // `return await`: an async function that returns a promise unawaited settles its own ticks later.
+      if (reservation.kind === 'claimed') return await this.#run(input, this.#protocol, reservation.claim, sent)
       if (reservation.kind === 'raced') {
         if (++round < MAX_RACE_ROUNDS) continue
         return { kind: 'in_progress', retryAfterMs: MIN_RETRY_AFTER_MS }

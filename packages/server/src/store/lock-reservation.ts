@@ -135,7 +135,7 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
     return answer(found?.held !== true, row, request.fingerprint) ?? busySince(found?.holder_ms ?? null)
   }
 
-  async complete(
+  complete(
     claim: LockClaim<Tx>,
     status: 'succeeded' | 'failed_permanent',
     response: StoredResponse,
