@@ -108,19 +108,13 @@ class LockReservation<Tx> implements ReservationProtocol<LockClaim<Tx>> {
   }
 
   async reserve(request: ReserveRequest): Promise<Reservation<LockClaim<Tx>>> {
-    const session = await this.#keys.database.session()
-    let found: Found
-    let state: Inspection
-    try {
-      found = await this.#lockAndLookup(session, request)
-      state =
+    const { session, found, state } = await this.#keys.reserving(async (session) => {
+      const found = await this.#lockAndLookup(session, request)
+      const state =
         answer(found.locked, found.row, request.fingerprint) ??
         busySince(await this.#holderMs(session, request))
-    } catch (error) {
-      // The session goes back with the error, so a broken connection is not reused.
-      session.release(error as Error)
-      throw error
-    }
+      return { session, found, state }
+    })
     if (state.kind === 'free') return { kind: 'claimed', claim: claimOf(request, session, found) }
     // Not ours to run: end the transaction without making the answer wait.
     this.#keys.endAside(session)
