@@ -1,7 +1,7 @@
 // The engine's contract suite, against a real Postgres: one block per numbered point of the protocol. It runs once
 // per reservation protocol (vitest.config.ts); where the two legitimately answer differently (what an attempt in
 // flight leaves behind), the expectation names the protocol. What only one protocol does is in protocols.test.ts.
-import type { TestDatabase } from '@oncely/test-support'
+import { type TestDatabase, waitFor } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
@@ -899,7 +899,9 @@ describe('16. resources', () => {
           }),
         )
       }
-      await sleep(50)
+      // A transaction's ROLLBACK may follow its answer (a replay, a mismatch): wait until every connection is back in
+      // the pool, so each transaction ended, before looking for what they left behind.
+      await waitFor('every connection back in the pool', () => pool.idleCount === pool.totalCount, 5_000)
       // On Citus, on every node: the key's locks and the worker side of each transaction are on the workers.
       const everywhere = async (sql: string) =>
         onCitus

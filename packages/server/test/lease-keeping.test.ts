@@ -8,6 +8,7 @@ import type { ExecutionContext, Outcome } from '../src/index.js'
 import {
   engineFor,
   freshKey,
+  gate,
   pay,
   paymentsFor,
   payRequest,
@@ -129,16 +130,18 @@ describe(`Retry-After of a 409 (reservation: '${reservation}')`, () => {
     const released = new Promise<void>((resolve) => {
       release = resolve
     })
+    const charged = gate()
     const first = engine.execute(
       payRequest('eta', key, {
         handler: async (ctx) => {
           await ctx.saveRecoveryPoint('charged') // a row with the whole lease left: not what the 409 says
+          charged.open()
           await released
           return pay(key)(ctx)
         },
       }),
     )
-    await sleep(300)
+    await charged.opened // it holds the key, and its recovery point is saved
     expect(retryAfterOf(await engine.execute(payRequest('eta', key)))).toBe(1_000)
     release()
     expect(await first).toMatchObject({ kind: 'executed' })

@@ -8,7 +8,17 @@ import type { TestDatabase } from '@oncely/test-support'
 import { countingProxy, spawnTsx } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
-import { engineFor, freshKey, paymentsFor, payRequest, reservation, setupDatabase, sleep } from './helpers.js'
+import type { ExecutionContext } from '../src/index.js'
+import {
+  engineFor,
+  freshKey,
+  paymentsFor,
+  payRequest,
+  reservation,
+  running,
+  setupDatabase,
+  sleep,
+} from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -65,16 +75,14 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
     async () => {
       const { engine } = engineFor(db.pool, { leaseMs: 300 })
       const key = freshKey()
-      const busy = engine.execute(
-        payRequest('busy', key, {
-          handler: async (ctx) => {
-            await ctx.tx.query('SELECT pg_sleep(2)')
-            return { status: 201, body: { slept: true } }
-          },
-        }),
-      )
-      // Past two leases, with over a second left of the statement: a busy machine's stall cannot end it first.
-      await sleep(700)
+      const held = running(async (ctx: ExecutionContext) => {
+        await ctx.tx.query('SELECT pg_sleep(2)')
+        return { status: 201, body: { slept: true } }
+      })
+      const busy = engine.execute(payRequest('busy', key, { handler: held.handler }))
+      // Past two leases, with over a second left of the statement: a busy machine's stall cannot end it first. And
+      // not before it holds the key, however long that takes.
+      await Promise.all([sleep(700), held.started])
       expect(await engine.execute(payRequest('busy', key))).toMatchObject({ kind: 'in_progress' })
       expect(await busy).toMatchObject({ kind: 'executed' })
       expect(await paymentsFor(db.pool, key)).toBe(0)

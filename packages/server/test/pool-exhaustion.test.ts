@@ -3,7 +3,7 @@
 // asked the same pool for another connection while holding one, so pool-size such attempts at once waited for each
 // other forever (pg's connectionTimeoutMillis is 0 by default) and nothing answered again. Each failure path here
 // runs 20 attempts at once on a pool of 5; every one must be answered, and the engine must go on serving.
-import type { TestDatabase } from '@oncely/test-support'
+import { type TestDatabase, waitFor } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { type ExecuteInput, postgresStore } from '../src/index.js'
@@ -77,7 +77,12 @@ async function allAnswered(
 async function stillServing({ pool, engine }: ReturnType<typeof smallEngine>) {
   const key = freshKey('after')
   expect(await engine.execute(request(key, pay(key)))).toMatchObject({ kind: 'executed' })
-  await sleep(50)
+  // A connection goes back once its transaction ended, which may be after the answer: wait for that, not a fixed time.
+  await waitFor(
+    'every connection back in the pool',
+    () => pool.waitingCount === 0 && pool.idleCount === pool.totalCount,
+    5_000,
+  )
   expect(pool.waitingCount).toBe(0)
   expect(pool.idleCount).toBe(pool.totalCount)
 }

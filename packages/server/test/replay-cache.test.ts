@@ -1,6 +1,6 @@
 // The in-process cache of finished responses: replays and 422s without a round trip, never past the record's expiry,
 // bounded by count and bytes, and off when asked.
-import type { TestDatabase } from '@oncely/test-support'
+import { type TestDatabase, waitFor } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { REPLICATION_CHECK_MS, REPLICATION_RECHECK_MS, ReplayCache } from '../src/engine/replay-cache.js'
@@ -138,7 +138,10 @@ describe('replay cache', () => {
 
   it('forgets everything it cached when the connections to the store are lost (a failover can lose committed records)', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 2 })
-    pool.on('error', () => {})
+    let lost = false
+    pool.on('error', () => {
+      lost = true
+    })
     try {
       const engine = await warmed(engineFor(pool).engine)
       const key = freshKey()
@@ -150,7 +153,8 @@ describe('replay cache', () => {
         `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''`,
       )
       await db.pool.query('DELETE FROM oncely.idempotency_keys WHERE key = $1', [key])
-      await sleep(100)
+      // The pool reports the loss of an idle connection (so the engine empties its cache) once its socket closes.
+      await waitFor('the pool to lose a connection', () => lost, 5_000)
       // Not a replay of a record the database no longer has: the key runs again.
       expect(await engine.execute(input(key))).toMatchObject({ kind: 'executed' })
     } finally {

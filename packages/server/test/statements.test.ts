@@ -5,7 +5,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
 import { createEngine, migrate, postgresStore } from '../src/index.js'
 import { createEngineForTesting } from '../src/testing/index.js'
-import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from './helpers.js'
+import { fingerprintOf, freshKey, gate, reservation, sleep, stallEventLoop } from './helpers.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -90,6 +90,7 @@ for (const preparedStatements of [true, false]) {
     onTestFinished(() => pool.end())
     const store = postgresStore({ pool, table: 'keys_b', preparedStatements })
     let paused = true
+    const stalled = gate()
     const slow = createEngineForTesting({
       store,
       reservation,
@@ -99,6 +100,7 @@ for (const preparedStatements of [true, false]) {
       hooks: {
         beforeCommit: () => {
           if (!paused) return undefined
+          stalled.open()
           stallEventLoop(200)
           return sleep(200)
         },
@@ -113,10 +115,8 @@ for (const preparedStatements of [true, false]) {
       fingerprint: fingerprintOf({ key }),
       handler: async () => ({ status: 201, body: { who } }),
     })
-    const holding = running(input('slow').handler)
-    const first = slow.execute({ ...input('slow'), handler: holding.handler })
-    await holding.started
-    await sleep(200) // past the stall in its commit hook
+    const first = slow.execute(input('slow'))
+    await stalled.opened // resumes past the stall in its commit hook, which stops this whole process
     paused = false
     // The paused attempt's transaction sat idle past the lease and was ended: under 'lock' it left no record.
     const winner = await fast.execute({ ...input('fast'), wait: { timeoutMs: 5_000 } })

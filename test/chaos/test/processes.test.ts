@@ -162,7 +162,8 @@ describe('ManagedProcess', () => {
     await sleep(300)
     expect(ticks).toBe(frozen)
     p.resume()
-    await sleep(300)
+    // Until a tick arrives (polled, bounded): a loaded machine may take a while to run the woken process.
+    for (let i = 0; i < 500 && ticks === frozen; i++) await sleep(20)
     expect(ticks).toBeGreaterThan(frozen)
     p.pause()
     expect((await p.stop()).signal).toBe('SIGTERM')

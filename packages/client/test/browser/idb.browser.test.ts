@@ -143,7 +143,8 @@ describe('indexedDbStore in Chromium', () => {
     const b = indexedDbStore({ name })
     let release!: () => void
     const held = a.exclusive!('i1', () => new Promise<string>((resolve) => (release = () => resolve('a'))))
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    // Wait until a's section runs (it then holds the intent's Web Lock), not for a fixed time.
+    await vi.waitFor(() => expect(release).toBeDefined())
     expect(await b.exclusive!('i1', async () => 'b')).toEqual({ acquired: false })
     release()
     expect(await held).toEqual({ acquired: true, value: 'a' })
@@ -190,7 +191,8 @@ describe('indexedDbStore in Chromium', () => {
       record('owned'),
       () => new Promise<void>((resolve) => (release = resolve)),
     )
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    // Wait until the creator drives it (its record written, its owner Web Lock held), not for a fixed time.
+    await vi.waitFor(() => expect(release).toBeDefined())
     expect(await other.exclusive!('owned', async () => 'other')).toEqual({ acquired: false })
     release()
     await driving
@@ -219,7 +221,8 @@ describe('indexedDbStore in Chromium', () => {
       const id = `${kind}-1`
       const held = kind === 'exclusive' ? store.exclusive!(id, section) : store.create!(record(id), section)
       held.catch(() => {})
-      await new Promise((resolve) => setTimeout(resolve, 20))
+      // Wait until the section runs, so its Web Lock is held and can be found below.
+      await vi.waitFor(() => expect(release).toBeDefined())
       const lockName = (await navigator.locks.query())
         .held!.map((lock) => lock.name!)
         .find((lockName) =>

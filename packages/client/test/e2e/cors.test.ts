@@ -7,7 +7,13 @@ import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { createEngine, migrate, postgresStore } from '@oncely/server'
 import { fastifyIdempotency } from '@oncely/server/fastify'
-import { chromiumLaunchOptions, createTestDatabase, freePort, requireChromium } from '@oncely/test-support'
+import {
+  chromiumLaunchOptions,
+  createTestDatabase,
+  freePort,
+  requireChromium,
+  waitFor,
+} from '@oncely/test-support'
 import { build } from 'esbuild'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { type Browser, chromium, type Page } from 'playwright'
@@ -51,6 +57,8 @@ let pages: Server
 let pageUrl: string
 let browser: Browser
 const posts: { setup: string; key: string }[] = []
+/** How many requests reached the handler: the engine holds the key of each from then until its answer. */
+let handled = 0
 
 beforeAll(async () => {
   if (!hasChromium) return
@@ -83,6 +91,7 @@ beforeAll(async () => {
     '/:setup/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {
+      handled++
       const { amount, workMs = 0 } = request.body
       if (workMs > 0) await new Promise((resolve) => setTimeout(resolve, workMs))
       return reply.code(201).send({ amount, at: Date.now() })
@@ -169,8 +178,9 @@ describe.skipIf(!hasChromium)('CORS in Chromium, page and API on two origins', (
   })
 
   it('a right setup: the request goes through, a duplicate waits out the 409 and reads the replay', async () => {
+    const before = handled
     const original = pay(page, `${apiUrl}/good/`, { amount: 1, workMs: 1500 }, 'cart:good')
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    await waitFor('the original to hold its key', () => handled > before)
     const duplicate = await pay(page, `${apiUrl}/good/`, { amount: 1, workMs: 1500 }, 'cart:good')
     expect(await original).toMatchObject({ ok: true, status: 201, source: 'network' })
     expect(duplicate).toMatchObject({ ok: true, status: 201, source: 'replay' })
@@ -194,8 +204,9 @@ describe.skipIf(!hasChromium)('CORS in Chromium, page and API on two origins', (
   })
 
   it('Retry-After not exposed: the duplicate of a request in flight says so instead of guessing its waits', async () => {
+    const before = handled
     const original = pay(page, `${apiUrl}/no-expose/`, { amount: 4, workMs: 1500 }, 'cart:hidden')
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    await waitFor('the original to hold its key', () => handled > before)
     const duplicate = await pay(page, `${apiUrl}/no-expose/`, { amount: 4, workMs: 1500 }, 'cart:hidden')
     expect(duplicate).toMatchObject({
       ok: false,

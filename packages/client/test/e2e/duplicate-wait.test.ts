@@ -27,10 +27,9 @@ it('a duplicate of a 12 s request ends with the original’s answer, with defaul
     client.request<{ id: string }>({ path: '/v1/payments', json: { amount: 12 }, intentId: 'cart:long' })
 
   const original = pay(first)
-  // The duplicate starts once the original reached the server (it is then holding the key for 12 s).
+  // The duplicate starts once the original reached the handler (the engine then holds its key for 12 s).
   const deadline = Date.now() + 20_000
-  while (server.keys.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  while (server.handled === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
   const duplicate = pay(second)
 
   const [a, b] = await Promise.all([original, duplicate])

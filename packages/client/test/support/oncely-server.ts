@@ -11,6 +11,7 @@ import Fastify from 'fastify'
  * `dropResponses` lets the engine commit and then destroys the socket instead of writing the response (the lost
  * response); it applies to replays too. `unavailable` answers 503 before the engine sees the request (no effect).
  * `workMs` keeps the handler busy inside its transaction. `files` are served on GET (pages for browser tests).
+ * `handled` counts the requests that reached the handler: the engine held their key from then until their answer.
  * A payment whose `card` is in `declined` is answered 402 (stored by the engine as the key's final outcome).
  */
 export async function startOncelyServer(label: string) {
@@ -24,6 +25,7 @@ export async function startOncelyServer(label: string) {
     unavailable: false,
     workMs: 0,
     keys: [] as (string | undefined)[],
+    handled: 0,
     declined: new Set<string>(),
     files: new Map<string, { type: string; body: string }>(),
   }
@@ -50,6 +52,7 @@ export async function startOncelyServer(label: string) {
     '/v1/payments',
     { config: { idempotency: { required: true } } },
     async (request, reply) => {
+      state.handled++
       if (state.workMs > 0) await new Promise((resolve) => setTimeout(resolve, state.workMs))
       if (request.body.card !== undefined && state.declined.has(request.body.card)) {
         return reply.code(402).send({ title: 'Card declined', status: 402, card: request.body.card })

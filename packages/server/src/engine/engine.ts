@@ -147,7 +147,8 @@ class Keys<Tx> {
         return this.#failOpen(input, request)
       }
       // `return await`: an async function that returns a promise unawaited settles its own ticks later.
-      if (reservation.kind === 'claimed') return await this.#run(input, this.#protocol, reservation.claim, sent)
+      if (reservation.kind === 'claimed')
+        return await this.#run(input, this.#protocol, reservation.claim, sent)
       if (reservation.kind === 'raced') {
         if (++round < MAX_RACE_ROUNDS) continue
         return { kind: 'in_progress', retryAfterMs: MIN_RETRY_AFTER_MS }

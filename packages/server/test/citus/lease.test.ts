@@ -7,12 +7,14 @@ import type { ChildProcessWithoutNullStreams } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { spawnTsx, type TestDatabase } from '@oncely/test-support'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
+import type { ExecutionContext } from '../../src/index.js'
 import {
   engineFor,
   freshKey,
   paymentsFor,
   payRequest,
   reservation,
+  running,
   setupDatabase,
   sleep,
 } from '../helpers.js'
@@ -74,15 +76,12 @@ describe(`the lease guard on Citus (reservation: '${reservation}')`, () => {
     async () => {
       const { engine } = engineFor(db.pool, { leaseMs: 300 })
       const key = freshKey()
-      const busy = engine.execute(
-        payRequest('busy', key, {
-          handler: async (ctx) => {
-            await ctx.tx.query(busyOnTheKeysWorker, [ctx.scope, 1])
-            return { status: 201, body: { slept: true } }
-          },
-        }),
-      )
-      await sleep(700)
+      const held = running(async (ctx: ExecutionContext) => {
+        await ctx.tx.query(busyOnTheKeysWorker, [ctx.scope, 1])
+        return { status: 201, body: { slept: true } }
+      })
+      const busy = engine.execute(payRequest('busy', key, { handler: held.handler }))
+      await Promise.all([sleep(700), held.started]) // past two leases, and not before it holds the key
       expect(await engine.execute(payRequest('busy', key))).toMatchObject({ kind: 'in_progress' })
       expect(await busy).toMatchObject({ kind: 'executed' })
     },
@@ -93,15 +92,12 @@ describe(`the lease guard on Citus (reservation: '${reservation}')`, () => {
     async () => {
       const { engine } = engineFor(db.pool, { leaseMs: 300, replayCache: false })
       const key = freshKey()
-      const busy = engine.execute(
-        payRequest('busy', key, {
-          handler: async (ctx) => {
-            await ctx.tx.query('SELECT pg_sleep(1)') // no table: Citus runs it on the coordinator
-            return { status: 201, body: { by: 'busy' } }
-          },
-        }),
-      )
-      await sleep(700)
+      const held = running(async (ctx: ExecutionContext) => {
+        await ctx.tx.query('SELECT pg_sleep(1)') // no table: Citus runs it on the coordinator
+        return { status: 201, body: { by: 'busy' } }
+      })
+      const busy = engine.execute(payRequest('busy', key, { handler: held.handler }))
+      await Promise.all([sleep(700), held.started]) // past two leases, and not before it holds the key
       const second = await engine.execute(payRequest('busy', key))
       expect(second).toMatchObject({ kind: 'executed' })
       // The first, done sleeping, finds its worker's part of the transaction gone and answers with the winner's.
