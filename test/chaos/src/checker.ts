@@ -48,6 +48,12 @@ export interface KeyRow {
   state: string
   responseStatus: number | null
   responseBody: unknown
+  /**
+   * When the transaction that wrote the row began (milliseconds since the epoch, on the database's clock, the clock
+   * of the run's own processes on one machine), when known: a row no earlier than its original's first send plus the
+   * retention was written once that key could have expired.
+   */
+  createdAt?: number
 }
 
 /** A row of the demo's outbox; `paymentId` is the payment it announces. */
@@ -499,11 +505,16 @@ function changesPayload(kind: IntentKind): boolean {
 /**
  * Keys whose final row a probe with another amount wrote: an `expired-changed-payload` probe, sent once the key
  * expired, or a `changed-payload` probe that kept retrying while its original held the key and outlived the key's
- * retention. Its attempt is then a new request on the expired key, which the demo's
- * provider refuses with a final 422 that the key stores (its step key was first used for another amount). The key's
- * row is then the probe's, and the original's answers are no longer what it stores. Only a probe whose answer is
- * what the key stores, from an attempt sent once the key can have expired (the retention after its original was
- * first sent, which is no later than the key's creation), counts: a key overwritten while live is still reported.
+ * retention. Its attempt is then a new request on the expired key, which the demo's provider refuses with a final
+ * 422 that the key stores (its step key was first used for another amount). The key's row is then the probe's, and
+ * the original's answers are no longer what it stores.
+ *
+ * The row is the probe's when it stores the probe's answer, or the provider's refusal of a reused key, which only a
+ * request with another amount than the original's runs into: the attempt that stored it may be one the client gave
+ * up on while the network held it, which reached the server after a later attempt had been answered. It was written
+ * once the key could have expired when the transaction that wrote it began at least the retention after the original
+ * was first sent (which is no later than the key's creation); without that time, when the probe's last attempt was
+ * sent that late. A key overwritten while live is still reported.
  */
 function keysTakenByChangedPayload(
   intents: Map<string, Intent>,
@@ -518,13 +529,20 @@ function keysTakenByChangedPayload(
     const row = keyRows.get(group)
     const answer = settlement(probe)
     const original = intents.get(probe.invoke.of)
-    if (!row || row.responseStatus === null || !answer || !original) continue
-    if (!same(answer, { status: row.responseStatus, body: row.responseBody })) continue
+    if (!row || row.responseStatus === null || !original) continue
+    const stored = { status: row.responseStatus, body: row.responseBody }
+    if (!(answer && same(answer, stored)) && !refusesReusedKey(stored)) continue
     const firstSent = Math.min(...sendTimes(original))
-    const lastSent = Math.max(...sendTimes(probe))
-    if (Number.isFinite(firstSent) && lastSent >= firstSent + retentionMs) taken.add(group)
+    const written = row.createdAt ?? Math.max(...sendTimes(probe))
+    if (Number.isFinite(firstSent) && written >= firstSent + retentionMs) taken.add(group)
   }
   return taken
+}
+
+/** The demo provider's final refusal of a step key reused for another amount (`provider_key_reused`). */
+function refusesReusedKey(response: ObservedResponse): boolean {
+  const body = response.body as { code?: unknown } | null
+  return response.status === 422 && body?.code === 'provider_key_reused'
 }
 
 /** When each attempt of `intent` was sent, as recorded. */

@@ -55,8 +55,10 @@ export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}):
     status: string
     response_status: number | null
     body: string | null
+    created_ms: number
   }>(
-    `SELECT scope, key, status, response_status, convert_from(response_body, 'UTF8') AS body FROM ${keysTable}`,
+    `SELECT scope, key, status, response_status, convert_from(response_body, 'UTF8') AS body,
+      (extract(epoch FROM created_at) * 1000)::float8 AS created_ms FROM ${keysTable}`,
   )
   const outbox = await db.query<{ id: string; aggregate_id: string | null }>(
     'SELECT id::text, aggregate_id FROM outbox ORDER BY created_at, id',
@@ -89,6 +91,7 @@ export async function readFinalDb(db: Queryable, options: SnapshotOptions = {}):
         state: row.status,
         responseStatus: row.response_status,
         responseBody: parseBody(row.body),
+        createdAt: row.created_ms,
       }),
     ),
     outbox: outbox.rows.map((row): OutboxRow => ({ id: row.id, paymentId: row.aggregate_id })),

@@ -311,6 +311,48 @@ describe('check: valid histories', () => {
     expect(rules(check(h.events, db, { retentionMs: 45_000 }))).toEqual(['refusal-not-final'])
   })
 
+  /**
+   * A changed-payload probe whose first attempt the client gave up on (sent at 42 s, before the key could expire)
+   * while the network held it: its retry, sent at 44 s, was answered 422 from the fingerprint (the key still lived),
+   * and the held attempt reached the server later, once the key had expired, ran as a new request and stored the
+   * provider's 422. `createdAt`: when the stored row's transaction began, on the database's clock.
+   */
+  function abandonedAttemptRanLate(createdAt: number) {
+    const h = history()
+    const row = payment('i1', 1)
+    const refused = { status: 422, body: { code: 'provider_key_reused' } }
+    h.invoke('i1', body('i1'))
+    h.send('i1', 1, 0)
+    h.settle('i1', 'ok', created(row))
+    h.invoke(
+      'p1',
+      { amount: 99, currency: 'eur', reference: 'p1' },
+      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
+    )
+    h.send('p1', 1, 42_000, 'k-i1')
+    h.send('p1', 2, 44_000, 'k-i1')
+    h.settle('p1', 'fail', { status: 422, body: { type: 'idempotency_key_reused' } }, 'k-i1')
+    const db = ledger([row])
+    db.keys = [
+      {
+        ...db.keys[0]!,
+        state: 'failed_permanent',
+        responseStatus: 422,
+        responseBody: refused.body,
+        createdAt,
+      },
+    ]
+    return { h, db }
+  }
+
+  it("accepts a changed payload's abandoned attempt that ran once the key expired, after its retry was told 422", () => {
+    const { h, db } = abandonedAttemptRanLate(45_500)
+    expect(check(h.events, db, { retentionMs: 45_000 }).violations).toEqual([])
+    // Stored by a transaction that began before the key could expire: a key overwritten while it lived.
+    const live = abandonedAttemptRanLate(44_500)
+    expect(rules(check(live.h.events, live.db, { retentionMs: 45_000 }))).toEqual(['ack-differs-from-stored'])
+  })
+
   it("reports a changed payload that overwrote a key before it could expire: the original's answer is gone", () => {
     const { h, db } = changedPayloadOnExpiredKey(44_000)
     expect(rules(check(h.events, db, { retentionMs: 45_000 }))).toEqual(['ack-differs-from-stored'])
