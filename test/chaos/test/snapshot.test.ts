@@ -12,7 +12,8 @@ const SCHEMA = `
     created_at timestamptz NOT NULL DEFAULT now());
   CREATE SCHEMA oncely;
   CREATE TABLE oncely.idempotency_keys (scope text NOT NULL, operation text NOT NULL, key text NOT NULL,
-    status text NOT NULL, response_status integer, response_body bytea, PRIMARY KEY (scope, operation, key));
+    status text NOT NULL, response_status integer, response_body bytea, created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, operation, key));
 `
 
 let db: TestDatabase
@@ -42,8 +43,9 @@ describe('readFinalDb', () => {
       [p1],
     )
     await db.pool.query(
-      `INSERT INTO oncely.idempotency_keys VALUES ('t1', 'POST /v1/payments', 'k1', 'succeeded', 201, $1),
-         ('t1', 'POST /v1/payments', 'k2', 'in_progress', NULL, NULL)`,
+      `INSERT INTO oncely.idempotency_keys VALUES
+         ('t1', 'POST /v1/payments', 'k1', 'succeeded', 201, $1, '2026-12-07T07:14:12.150Z'),
+         ('t1', 'POST /v1/payments', 'k2', 'in_progress', NULL, NULL, '2026-12-07T07:14:12.990Z')`,
       [Buffer.from(body)],
     )
     const snapshot = await readFinalDb(db.pool)
@@ -63,8 +65,17 @@ describe('readFinalDb', () => {
         state: 'succeeded',
         responseStatus: 201,
         responseBody: { id: p1, amount: 100 },
+        // When the row's transaction began, in milliseconds: the checker times a changed-payload probe's row by it.
+        createdAt: Date.parse('2026-12-07T07:14:12.150Z'),
       },
-      { tenantId: 't1', key: 'k2', state: 'in_progress', responseStatus: null, responseBody: null },
+      {
+        tenantId: 't1',
+        key: 'k2',
+        state: 'in_progress',
+        responseStatus: null,
+        responseBody: null,
+        createdAt: Date.parse('2026-12-07T07:14:12.990Z'),
+      },
     ])
     expect(snapshot.outbox).toEqual([{ id: '00000000-0000-4000-8000-0000000000a1', paymentId: p1 }])
   })
