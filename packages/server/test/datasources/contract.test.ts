@@ -38,7 +38,9 @@ beforeAll(async () => {
     'CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text NOT NULL, cart text NOT NULL, amount integer NOT NULL)',
   )
   await sql('CREATE TABLE orders (id bigserial PRIMARY KEY, cart text NOT NULL UNIQUE)')
-})
+  // Starting a library is CPU-bound (PGlite's WebAssembly Postgres, Prisma's engine): on a machine running two suites
+  // at once it outlasted the default hook timeout. A bound on start-up, not on anything the contract asserts.
+}, 180_000)
 afterAll(async () => {
   await ds?.close()
   await db?.drop()
@@ -169,16 +171,19 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
   })
 
   it('a live handler idle in its transaction for twice the lease keeps its key and completes once', async () => {
-    const engine = engineWith({ leaseMs: 600 })
+    // A lease of a second: its keep-alive every third of it may come late by two thirds before the key is lost. With
+    // 600 ms, a renewal that waited over 400 ms on a machine running two suites let the duplicate take the key.
+    const leaseMs = 1_000
+    const engine = engineWith({ leaseMs })
     const key = freshKey()
     const slow = running(async (ctx: { tx: unknown }) => {
       await ds.pay(ctx.tx, key)
-      await sleep(1_500)
+      await sleep(2 * leaseMs + 200)
       return { status: 201, body: {} }
     })
     const first = engine.execute(request(key, slow.handler))
     await slow.started
-    await sleep(900)
+    await sleep(leaseMs + 200)
     // On one connection the duplicate cannot look while the first attempt's transaction holds it: it waits, then
     // replays the answer.
     expect(await engine.execute(request(key, paying(key)))).toMatchObject({

@@ -3,21 +3,23 @@
 // at once, no lease is renewed or guarded while the attempt holds the connection, and a stalled process still
 // commits (no one could take its key meanwhile). The datasource contract runs under it too ('lock on pglite',
 // 'row on pglite'); this file runs under both protocols.
-import { PGlite, type Transaction } from '@electric-sql/pglite'
+import type { PGlite, Transaction } from '@electric-sql/pglite'
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import { idempotency } from '../../src/fetch/index.js'
 import { createEngine, type ExecuteInput, migrate, postgresStore } from '../../src/index.js'
 import { pglite } from '../../src/pglite/index.js'
 import { createEngineForTesting } from '../../src/testing/index.js'
 import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from '../helpers.js'
+import { freshPGlite } from './fresh-pglite.js'
 
 let db: PGlite
 let applied: string[]
 beforeAll(async () => {
-  db = await PGlite.create()
+  db = await freshPGlite()
   applied = (await migrate(pglite({ db }))).applied
   await db.exec('CREATE TABLE payments (id serial PRIMARY KEY, cart text NOT NULL)')
-})
+  // WebAssembly Postgres starts on the CPU: on a machine running two suites at once it outlasted the default timeout.
+}, 180_000)
 afterAll(() => db?.close())
 
 const request = <Tx>(key: string, handler: ExecuteInput<Tx>['handler']): ExecuteInput<Tx> => ({

@@ -3,7 +3,7 @@
 // is one the library made in the handler's transaction. vitest.config.ts runs the suite once per datasource and
 // protocol (ONCELY_TEST_DATASOURCE names the entry).
 
-import { PGlite, type Transaction as PGliteTransaction } from '@electric-sql/pglite'
+import type { Transaction as PGliteTransaction } from '@electric-sql/pglite'
 import { count, eq } from 'drizzle-orm'
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres'
 import { bigserial, integer, pgTable, text } from 'drizzle-orm/pg-core'
@@ -21,6 +21,7 @@ import { pglite } from '../../src/pglite/index.js'
 import { postgresJs } from '../../src/postgres-js/index.js'
 import type { PrismaTransaction } from '../../src/prisma/index.js'
 import { typeormDatabase } from '../../src/typeorm/index.js'
+import { freshPGlite } from './fresh-pglite.js'
 import type { PrismaClient } from './prisma/generated/client.js'
 
 /** One library under test. */
@@ -250,7 +251,7 @@ async function prismaUnderTest(url: string): Promise<DatasourceUnderTest<PrismaT
  * after the transaction ended, whatever its outcome.
  */
 async function pgliteUnderTest(): Promise<DatasourceUnderTest<PGliteTransaction>> {
-  const db = await PGlite.create()
+  const db = await freshPGlite()
   const database = pglite({ db })
   const insert = 'INSERT INTO payments (tenant, cart, amount) VALUES ($1, $2, 100)'
   return {
