@@ -83,6 +83,13 @@ class CallbackSession<Tx> implements Session<Tx> {
   #marker: Rollback | undefined
   /** Set when the library's transaction ended before the session's COMMIT or ROLLBACK, with why. */
   #ended: { error: unknown } | undefined
+  /**
+   * Rejects, with why, when the library's transaction ends before the session's COMMIT or ROLLBACK. A statement sent
+   * before the session learnt of it is answered by this too: a library may never settle a statement it had queued on
+   * a connection that closed (postgres.js 3.4 drops the statements of a transaction that wait behind one in flight),
+   * and an attempt waiting on it would never be answered.
+   */
+  #lost: Promise<never> | undefined
 
   constructor(lib: CallbackLibrary<Tx>) {
     this.#lib = lib
@@ -152,7 +159,8 @@ class CallbackSession<Tx> implements Session<Tx> {
     // The library ended the transaction on its own (its connection was lost): nothing more is sent through it, as a
     // library may send it on a connection it has opened again since, outside the transaction.
     if (this.#ended) return Promise.reject(this.#ended.error)
-    return this.#lib.execute(this.#tx, statement)
+    const answer = this.#lib.execute(this.#tx, statement)
+    return this.#lost ? Promise.race([answer, this.#lost]) : answer
   }
 
   async #begin(): Promise<void> {
@@ -170,12 +178,21 @@ class CallbackSession<Tx> implements Session<Tx> {
       started(tx)
       await ended
     })
+    let lose!: (error: unknown) => void
+    const lost = new Promise<never>((_, reject) => {
+      lose = reject
+    })
+    // Only ever raced against a statement: it may reject with none waiting.
+    lost.catch(() => {})
     this.#done = done
     this.#ended = undefined
+    this.#lost = lost
     done.then(
       () => {},
       (error: unknown) => {
-        if (this.#done === done && !isRollback(error, marker)) this.#ended = { error }
+        if (isRollback(error, marker)) return
+        lose(error)
+        if (this.#done === done) this.#ended = { error }
       },
     )
     // The library may fail to begin (no connection, a dead server) before it ever calls back: then no transaction
