@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { check, type FinalDb, type PaymentRow } from '../src/checker.js'
+import { check, type FinalDb, type KeyRow, type PaymentRow } from '../src/checker.js'
 import type { HistoryEvent, IntentKind, NewEvent, ObservedResponse, PaymentBody } from '../src/history.js'
 
 /** Builds histories by hand, numbering events like HistoryWriter does. */
@@ -235,22 +235,41 @@ describe('check: valid histories', () => {
    * A changed-payload probe that outlived its original's key (sent `probeSentAt` ms after the original): its last
    * attempt ran as a new request and the provider refused it with a final 422, which the key now stores.
    */
-  function changedPayloadOnExpiredKey(probeSentAt: number) {
+  /** The provider's final refusal of a step key reused for another amount, as the key then stores it. */
+  const PROVIDER_REFUSED = { status: 422, body: { code: 'provider_key_reused' } }
+
+  /**
+   * `i1` paid at 0 under key `k-i1`, then a changed-payload probe `p1` of it invoked on that key (its sends and answer
+   * left to the caller), and a ledger whose key row stores the provider's refusal, with `row` extra columns.
+   */
+  function paidThenChangedPayload(row: Partial<KeyRow> = {}) {
     const h = history()
-    const row = payment('i1', 1)
-    const refused = { status: 422, body: { code: 'provider_key_reused' } }
+    const paid = payment('i1', 1)
     h.invoke('i1', body('i1'))
     h.send('i1', 1, 0)
-    h.settle('i1', 'ok', created(row))
+    h.settle('i1', 'ok', created(paid))
     h.invoke(
       'p1',
       { amount: 99, currency: 'eur', reference: 'p1' },
       { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
     )
+    const db = ledger([paid])
+    db.keys = [
+      {
+        ...db.keys[0]!,
+        state: 'failed_permanent',
+        responseStatus: 422,
+        responseBody: PROVIDER_REFUSED.body,
+        ...row,
+      },
+    ]
+    return { h, db }
+  }
+
+  function changedPayloadOnExpiredKey(probeSentAt: number) {
+    const { h, db } = paidThenChangedPayload()
     h.send('p1', 1, probeSentAt, 'k-i1')
-    h.settle('p1', 'fail', refused, 'k-i1')
-    const db = ledger([row])
-    db.keys = [{ ...db.keys[0]!, state: 'failed_permanent', responseStatus: 422, responseBody: refused.body }]
+    h.settle('p1', 'fail', PROVIDER_REFUSED, 'k-i1')
     return { h, db }
   }
 
@@ -279,10 +298,11 @@ describe('check: valid histories', () => {
 
   it('accepts an expired-changed-payload probe answered with the stored 422, and reports one that booked a payment', () => {
     const row = payment('i1', 1)
-    const refused = { status: 422, body: { code: 'provider_key_reused' } }
     const db = ledger([row])
-    db.keys = [{ ...db.keys[0]!, state: 'failed_permanent', responseStatus: 422, responseBody: refused.body }]
-    expect(check(expiredChangedPayload(refused), db, { retentionMs: 45_000 }).violations).toEqual([])
+    db.keys = [
+      { ...db.keys[0]!, state: 'failed_permanent', responseStatus: 422, responseBody: PROVIDER_REFUSED.body },
+    ]
+    expect(check(expiredChangedPayload(PROVIDER_REFUSED), db, { retentionMs: 45_000 }).violations).toEqual([])
 
     // The server booked it instead (the provider charged the new amount under the old key).
     const booked = payment('p1', 1, { amount: 99 })
@@ -318,30 +338,10 @@ describe('check: valid histories', () => {
    * provider's 422. `createdAt`: when the stored row's transaction began, on the database's clock.
    */
   function abandonedAttemptRanLate(createdAt: number) {
-    const h = history()
-    const row = payment('i1', 1)
-    const refused = { status: 422, body: { code: 'provider_key_reused' } }
-    h.invoke('i1', body('i1'))
-    h.send('i1', 1, 0)
-    h.settle('i1', 'ok', created(row))
-    h.invoke(
-      'p1',
-      { amount: 99, currency: 'eur', reference: 'p1' },
-      { key: 'k-i1', kind: 'changed-payload', of: 'i1' },
-    )
+    const { h, db } = paidThenChangedPayload({ createdAt })
     h.send('p1', 1, 42_000, 'k-i1')
     h.send('p1', 2, 44_000, 'k-i1')
     h.settle('p1', 'fail', { status: 422, body: { type: 'idempotency_key_reused' } }, 'k-i1')
-    const db = ledger([row])
-    db.keys = [
-      {
-        ...db.keys[0]!,
-        state: 'failed_permanent',
-        responseStatus: 422,
-        responseBody: refused.body,
-        createdAt,
-      },
-    ]
     return { h, db }
   }
 
