@@ -246,9 +246,7 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
         ).rows[0]!.pid
         // A statement left running on the transaction (a parameter, so postgres.js describes it first and queues
         // what follows), and the connection terminated while it runs: the finish is queued behind it.
-        ds.database
-          .execute(ctx.tx, { text: 'SELECT pg_sleep($1::float8)', values: [5] })
-          .catch(() => {})
+        ds.database.execute(ctx.tx, { text: 'SELECT pg_sleep($1::float8)', values: [5] }).catch(() => {})
         setTimeout(() => {
           void ds.second.query({ text: 'SELECT pg_terminate_backend($1::int)', values: [pid] })
         }, 300)
