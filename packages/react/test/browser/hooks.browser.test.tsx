@@ -126,8 +126,10 @@ describe('hooks in Chromium', () => {
       </OncelyProvider>,
     )
     await userEvent.click(within(page1.container).getByRole('button', { name: 'Pay' }))
-    await waitFor(() =>
-      expect(statusOf(page1.container).textContent).toBe('failed: RetryExhaustedError, will resume'),
+    // Three attempts and their back-offs: over waitFor's default second on a machine running two suites at once.
+    await waitFor(
+      () => expect(statusOf(page1.container).textContent).toBe('failed: RetryExhaustedError, will resume'),
+      { timeout: 10_000 },
     )
     const key = statusOf(page1.container).dataset.key!
     expect(key).toMatch(/^[0-9a-f-]{36}$/)
@@ -145,7 +147,9 @@ describe('hooks in Chromium', () => {
       </OncelyProvider>,
     )
     const resumed = within(page2.container).getByRole('list', { name: 'resumed' })
-    await waitFor(() => expect(resumed.querySelector(`li[data-key="${key}"]`)).not.toBeNull())
+    await waitFor(() => expect(resumed.querySelector(`li[data-key="${key}"]`)).not.toBeNull(), {
+      timeout: 10_000,
+    })
     const { attempts, payments } = await seen(key)
     expect(attempts).toEqual(['1', '2', '3', '4'])
     expect(payments).toHaveLength(1)
