@@ -91,18 +91,21 @@ for (const preparedStatements of [true, false]) {
     const store = postgresStore({ pool, table: 'keys_b', preparedStatements })
     let paused = true
     const stalled = gate()
+    // The paused attempt commits only once the other one has: a fixed wait could end first on a loaded machine,
+    // and the paused attempt would find the key free rather than finished.
+    const wonBy = gate()
     const slow = createEngineForTesting({
       store,
       reservation,
       leaseMs: 100,
       replayCache: false,
-      // The process stalls past the lease, then waits: it renews nothing meanwhile.
+      // The process stalls past the lease (so it stops renewing), then waits: its transaction sits idle meanwhile.
       hooks: {
         beforeCommit: () => {
           if (!paused) return undefined
           stalled.open()
           stallEventLoop(200)
-          return sleep(200)
+          return wonBy.opened
         },
       },
     })
@@ -120,6 +123,7 @@ for (const preparedStatements of [true, false]) {
     paused = false
     // The paused attempt's transaction sat idle past the lease and was ended: under 'lock' it left no record.
     const winner = await fast.execute({ ...input('fast'), wait: { timeoutMs: 5_000 } })
+    wonBy.open()
     expect(winner).toMatchObject({ kind: 'executed', attempt: reservation === 'row' ? 2 : 1 })
     const lost = await first
     expect(lost).toMatchObject({ kind: 'replayed', fencedOut: true })
