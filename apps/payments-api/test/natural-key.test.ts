@@ -110,8 +110,10 @@ describe('with the backstop disabled (chaos only)', () => {
       buildApp({
         pool: other.pool,
         webRoot: false,
-        leaseMs: 200,
-        retentionMs: 600,
+        // The lease also bounds how long the payment's transaction may sit idle while the provider is called: long
+        // enough for a loaded machine (at 200 ms the first payment was once answered 503).
+        leaseMs: 1_000,
+        retentionMs: 1_500,
         chaos: chaosConfig({ disableBackstop: true }),
       }),
     )
