@@ -147,6 +147,13 @@ describe('replay cache', () => {
       const key = freshKey()
       await engine.execute(input(key))
       await replayFromCache(engine, input(key)) // cached
+      // Every connection idle: a connection lost in the middle of a statement (the engine's background replication
+      // check) tells that statement, not the pool, and the pool's report is what this case waits for.
+      await waitFor(
+        'the pool to be idle',
+        () => pool.totalCount > 0 && pool.idleCount === pool.totalCount,
+        5_000,
+      )
       // The database goes away under the pool (a primary crashing before its failover), and the record with it, as
       // asynchronous replication can lose a commit the standby never received.
       await db.pool.query(
