@@ -276,6 +276,26 @@ describe('ReplayCache', () => {
     expect(cache.size).toBe(1)
   })
 
+  it('keeps a copy of a body that is a view into a larger buffer, not the buffer (which maxBytes does not count)', () => {
+    const cache = confirmed(newCache())
+    // A slice of a handler's 1 MiB buffer, and a small body from Node's shared pool (where Buffer.from puts it).
+    const large = Buffer.alloc(1 << 20, 7)
+    const pooled = Buffer.from('{"ok":true}')
+    expect(pooled.buffer.byteLength).toBeGreaterThan(pooled.byteLength)
+    const owned = Buffer.from(new Uint8Array([1, 2, 3]).buffer)
+    const bodies = { slice: large.subarray(10, 26), pooled, owned }
+    for (const [key, body] of Object.entries(bodies))
+      cache.set(id(key), 'f', { status: 201, headers: {}, body }, 60_000, ...now(), SERVER)
+    checked(cache)
+    for (const [key, body] of Object.entries(bodies)) {
+      const kept = cache.get(id(key))?.response.body
+      expect(kept?.equals(body)).toBe(true)
+      expect(kept?.buffer.byteLength, key).toBe(body.byteLength)
+    }
+    // A body that owns its memory is kept as it is: no copy.
+    expect(cache.get(id('owned'))?.response.body).toBe(owned)
+  })
+
   it('keeps ids apart that would collide if concatenated', () => {
     const cache = confirmed(newCache())
     cache.set({ scope: 'ab', operation: 'c', key: 'd' }, 'f', response(1), 10_000, ...now(), SERVER)

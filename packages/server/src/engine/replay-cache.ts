@@ -62,6 +62,19 @@ const CLOCK_RATE_MARGIN = 0.999
 const idOf = (id: RecordId) => `${id.scope}\u0000${id.operation}\u0000${id.key}`
 
 /**
+ * `body`, or a copy of it in memory of its own when it is a view into a larger buffer: Node's shared pool of small
+ * buffers (where `Buffer.from()` puts every body under 4 KiB, JSON responses and bodies read back from the database
+ * alike), or a slice a handler returned. An entry holding such a view would keep the whole buffer alive, 8 KiB of
+ * pool per entry or all of a handler's buffer, past what `maxBytes` counts.
+ */
+function ownBytes(body: Buffer): Buffer {
+  if (body.byteLength === body.buffer.byteLength) return body
+  const own = Buffer.allocUnsafeSlow(body.byteLength)
+  body.copy(own)
+  return own
+}
+
+/**
  * A bounded LRU of finished key records (succeeded or failed_permanent). Such a record cannot change until it
  * expires: the reservation only replaces a finished row once `expires_at` passed, the completion and release only
  * touch a row in progress under their own token, and the reaper only deletes expired rows. So an entry can answer a
@@ -180,7 +193,8 @@ export class ReplayCache {
     // Known unsafe: nothing is kept (entries written while the check is in flight wait for its answer in get()).
     if (this.#replication?.server === server && !this.#replication.safe) return
     const key = idOf(id)
-    let bytes = key.length + fingerprint.length + response.body.length + 64
+    const body = ownBytes(response.body)
+    let bytes = key.length + fingerprint.length + body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)
     if (bytes > this.#maxBytes) return
     const lifetime = Math.min(expiresInMs * CLOCK_RATE_MARGIN, this.#maxAgeMs)
@@ -189,7 +203,7 @@ export class ReplayCache {
     const entry: Entry = {
       key,
       fingerprint,
-      response,
+      response: body === response.body ? response : { ...response, body },
       monotonicDeadline: sentAt + lifetime,
       wallDeadline: sentAtWall + lifetime,
       bytes,
