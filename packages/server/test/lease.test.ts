@@ -73,16 +73,18 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
   it.runIf(reservation === 'lock')(
     'keeps the key of a handler busy in a statement longer than the lease',
     async () => {
-      const { engine } = engineFor(db.pool, { leaseMs: 300 })
+      // A lease of a second: the transaction is idle for a moment before and after the statement, and a stall there
+      // as long as the lease would end it, as it should.
+      const { engine } = engineFor(db.pool, { leaseMs: 1_000 })
       const key = freshKey()
       const held = running(async (ctx: ExecutionContext) => {
-        await ctx.tx.query('SELECT pg_sleep(2)')
+        await ctx.tx.query('SELECT pg_sleep(4)')
         return { status: 201, body: { slept: true } }
       })
       const busy = engine.execute(payRequest('busy', key, { handler: held.handler }))
       // Past two leases, with over a second left of the statement: a busy machine's stall cannot end it first. And
       // not before it holds the key, however long that takes.
-      await Promise.all([sleep(700), held.started])
+      await Promise.all([sleep(2_200), held.started])
       expect(await engine.execute(payRequest('busy', key))).toMatchObject({ kind: 'in_progress' })
       expect(await busy).toMatchObject({ kind: 'executed' })
       expect(await paymentsFor(db.pool, key)).toBe(0)
@@ -98,7 +100,7 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
       const pool = new pg.Pool({ connectionString: proxy.url, max: 2 })
       pool.on('error', () => {})
       try {
-        const leaseMs = 300
+        const leaseMs = 1_000 // a stall of a lease while the transaction is idle would end it
         const { engine } = engineFor(pool, { leaseMs, replayCache: false })
         const statementsOf = async (seconds: number) => {
           const before = proxy.counts().statements
@@ -115,8 +117,8 @@ describe(`the lease guard (reservation: '${reservation}')`, () => {
         }
         await statementsOf(0) // prepares the engine's statements on the connection
         const quick = await statementsOf(0)
-        // Five leases: a keep-alive is due every lease / 3, so fifteen would have queued.
-        const busy = await statementsOf((5 * leaseMs) / 1000)
+        // Three leases: a keep-alive is due every lease / 3, so nine would have queued.
+        const busy = await statementsOf((3 * leaseMs) / 1000)
         // One waits behind the statement, and one more may go out between its end and the completion.
         expect(busy - quick).toBeLessThanOrEqual(2)
       } finally {

@@ -72,7 +72,8 @@ describe("reservation: 'row'", () => {
     const original = unsafe.engine.execute(input(key, { handler: pay(key) }))
     await reachedCommit.opened
     await sleep(250)
-    await rowEngine({ leaseMs: 200 }).engine.execute(input(key, { handler: pay(key) }))
+    // Its own lease has no part in the takeover (the original's row decides): the default, which no stall outlasts.
+    await rowEngine().engine.execute(input(key, { handler: pay(key) }))
     paused.open()
     expect((await original).kind).toBe('executed')
     expect(await paymentsFor(db.pool, key)).toBe(2)
@@ -185,7 +186,9 @@ describe('both protocols on one table', () => {
     const { opened, open } = gate()
     const reached = gate()
     const asked = gate()
-    const { engine: original } = rowEngine({ leaseMs: 200, retentionMs: 60_000 })
+    // A lease of a second: renewed every third of it, it stays held through a loaded machine's stalls until the
+    // original stalls past it on purpose.
+    const { engine: original } = rowEngine({ leaseMs: 1_000, retentionMs: 60_000 })
     const key = freshKey()
     const late = original.execute(
       input(key, {
@@ -197,7 +200,7 @@ describe('both protocols on one table', () => {
           reached.open()
           await asked.opened
           // The original's process stalls past its lease (a live one would renew it), then goes on waiting.
-          stallEventLoop(300)
+          stallEventLoop(1_100)
           await opened
           return { status: 201, body: { by: 'original' } }
         },
@@ -208,7 +211,10 @@ describe('both protocols on one table', () => {
     expect(await engine.execute(input(key))).toMatchObject({ kind: 'in_progress' })
     asked.open()
     await sleep(50)
-    const takeover = await engine.execute(input(key, { handler: pay(key, { by: 'takeover' }) }))
+    // It waits out the lease, however late the original's last renewal landed.
+    const takeover = await engine.execute(
+      input(key, { handler: pay(key, { by: 'takeover' }), wait: { timeoutMs: 5_000 } }),
+    )
     expect(takeover).toMatchObject({ kind: 'executed', attempt: 2 })
     open()
     const answer = await late

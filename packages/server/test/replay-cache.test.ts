@@ -121,9 +121,11 @@ describe('replay cache', () => {
   })
 
   it('answers a record deleted behind its back for at most maxAgeMs; forget() on this instance evicts at once', async () => {
-    // maxAgeMs long enough for the statements between learning the record and the replay below on a loaded machine.
-    const writer = engineFor(db.pool, { replayCache: { maxAgeMs: 1_500 } }).engine
-    const other = await warmed(engineFor(db.pool, { replayCache: { maxAgeMs: 1_500 } }).engine)
+    // maxAgeMs long enough for the statements between learning the record and the replay below on a loaded machine,
+    // and the server's confirmation not under test here (it would age over those statements too).
+    const bounds = { maxAgeMs: 3_000, maxUnconfirmedMs: 60_000 }
+    const writer = engineFor(db.pool, { replayCache: bounds }).engine
+    const other = await warmed(engineFor(db.pool, { replayCache: bounds }).engine)
     const key = freshKey()
     await writer.execute(input(key))
     await other.execute(input(key)) // learns the record
@@ -132,7 +134,7 @@ describe('replay cache', () => {
     // The instance that forgot runs the key again; the other still answers from its entry, until maxAgeMs.
     expect(await writer.peek(input(key))).toBeNull()
     expect(await checkoutsOf(() => other.execute(input(key)))).toBe(0)
-    await sleep(1_550)
+    await sleep(3_050)
     expect(await other.peek(input(key))).toBeNull()
   })
 
@@ -207,13 +209,15 @@ const newCache = (bounds: Partial<ConstructorParameters<typeof ReplayCache>[0]> 
 
 describe('replay cache and the server behind it', () => {
   it('answers from the cache only while the store confirmed its server lately; else asks the database', async () => {
-    const engine = await warmed(engineFor(db.pool, { replayCache: { maxUnconfirmedMs: 300 } }).engine)
+    // A second: the cache answers only after a poll within that long of the statement before it, which a loaded
+    // machine makes slow.
+    const engine = await warmed(engineFor(db.pool, { replayCache: { maxUnconfirmedMs: 1_000 } }).engine)
     const key = freshKey()
     expect((await engine.execute(input(key))).kind).toBe('executed')
     await replayFromCache(engine, input(key)) // just confirmed
-    await sleep(500) // nothing reached the database since: the next replay asks it, and confirms again
+    await sleep(1_200) // nothing reached the database since: the next replay asks it, and confirms again
     expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(1)
-    // Then the cache answers again. (Polled: on a busy machine more than 300 ms can pass between that statement
+    // Then the cache answers again. (Polled: on a busy machine more than a second can pass between that statement
     // and the next replay, which then rightly asks the database once more.)
     await replayFromCache(engine, input(key))
   })

@@ -582,8 +582,9 @@ describe.each(Object.keys(adapters) as AdapterName[])('%s', (name) => {
     }
 
     it('an attempt that crashed mid-handler gives its key to the next (after its lease under row, at once under lock), with one effect', async () => {
-      // Long enough that a loaded machine cannot outlast it between the crash and the check that the key is held.
-      const lease = 1_000
+      // Long enough that a loaded machine cannot outlast it between the crash and the check that the key is held (an
+      // answer, a count and a request: a second was once too short).
+      const lease = 2_000
       const crashing = await crashingOnce('beforeCommit', lease)
       try {
         const key = freshKey()

@@ -19,7 +19,7 @@ import { enqueue } from '../../src/outbox/index.js'
 import { steps } from '../../src/steps/index.js'
 import { createEngineForTesting, type TestingEngineOptions } from '../../src/testing/index.js'
 import { listening } from '../adapters/servers.js'
-import { fingerprintOf, freshKey, reservation, running, sleep, stallEventLoop } from '../helpers.js'
+import { fingerprintOf, freshKey, gate, reservation, running, sleep, stallEventLoop } from '../helpers.js'
 import { type DatasourceUnderTest, datasourceName, oneConnection, openDatasource } from './registry.js'
 
 let db: TestDatabase
@@ -176,9 +176,12 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
     const leaseMs = 1_000
     const engine = engineWith({ leaseMs })
     const key = freshKey()
+    // Held until the duplicate has its answer too: finished first, the attempt would rightly be replayed to it. (On
+    // one connection the duplicate waits for this attempt instead.)
+    const answered = gate()
     const slow = running(async (ctx: { tx: unknown }) => {
       await ds.pay(ctx.tx, key)
-      await sleep(2 * leaseMs + 200)
+      await Promise.all([sleep(2 * leaseMs + 200), single ? undefined : answered.opened])
       return { status: 201, body: {} }
     })
     const first = engine.execute(request(key, slow.handler))
@@ -186,9 +189,9 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
     await sleep(leaseMs + 200)
     // On one connection the duplicate cannot look while the first attempt's transaction holds it: it waits, then
     // replays the answer.
-    expect(await engine.execute(request(key, paying(key)))).toMatchObject({
-      kind: single ? 'replayed' : 'in_progress',
-    })
+    const duplicate = await engine.execute(request(key, paying(key)))
+    answered.open()
+    expect(duplicate).toMatchObject({ kind: single ? 'replayed' : 'in_progress' })
     expect(await first).toMatchObject({ kind: 'executed' })
     expect(await ds.payments(key)).toBe(1)
   })

@@ -163,9 +163,18 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     const leased = withSoftLease(engine, { redis, prefix: `${freshKey('t')}:` })
     const tenant = freshKey('tenant')
     const key = freshKey()
-    const first = runningOnce(leased, pay(tenant, key, 100, 300))
+    // The first holds its key until the other answered: finished first, it would be answered mismatch under both.
+    const answered = gate()
+    const first = runningOnce(leased, {
+      ...pay(tenant, key, 100),
+      handler: async (ctx) => {
+        await answered.opened
+        return pay(tenant, key, 100).handler(ctx)
+      },
+    })
     await first.started
     const other = await leased.execute(pay(tenant, key, 999))
+    answered.open()
     // The row protocol's committed in_progress row carries the first fingerprint; the lock protocol has nothing
     // committed yet and answers 409, which a client retries into the mismatch.
     expect(other.kind).toBe(reservation === 'row' ? 'mismatch' : 'in_progress')
@@ -345,7 +354,8 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
       leaseKeyOf(prefix, young),
       JSON.stringify({ t: 'live', f: young.fingerprint }),
       'PX',
-      ttlMs,
+      // More than ttlMs left: it reads as younger than a second however late the request reaches Redis.
+      ttlMs + 60_000,
     )
     expect(await leased.execute(young)).toMatchObject({ kind: 'in_progress' })
     expect(counter.calls).toBe(0)

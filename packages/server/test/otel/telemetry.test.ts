@@ -107,8 +107,9 @@ describe('the scripted sequence', () => {
     // 5. A crash after a recovery point (the key stays leased under both protocols), then the takeover.
     const crashKey = freshKey('crash')
     const crash = new Error('crash before commit')
+    // A lease of a second: the attempt must reach its crash through a loaded machine's stalls.
     const crashing = instrumented({
-      leaseMs: 300,
+      leaseMs: 1_000,
       hooks: {
         beforeCommit: () => {
           throw crash
@@ -122,19 +123,21 @@ describe('the scripted sequence', () => {
     await expect(crashing.engine.execute(payRequest(tenant, crashKey, { handler: charged }))).rejects.toBe(
       crash,
     )
-    await sleep(350)
-    expect(await engine.execute(payRequest(tenant, crashKey))).toMatchObject({ kind: 'executed', attempt: 2 })
+    // Waits out the crashed attempt's lease, however late its last renewal landed.
+    expect(await engine.execute(payRequest(tenant, crashKey, { wait: { timeoutMs: 10_000 } }))).toMatchObject(
+      { kind: 'executed', attempt: 2 },
+    )
 
     // 6. An attempt whose process stalled past its lease is fenced out and answers with the winner's response.
     const pausedKey = freshKey('paused')
     const paused = gate()
     const atCommit = gate()
     const slow = instrumented({
-      leaseMs: 200,
+      leaseMs: 1_000, // reaches its commit hook through a loaded machine's stalls, then stalls past it
       hooks: {
         beforeCommit: async () => {
           atCommit.open()
-          stallEventLoop(250)
+          stallEventLoop(1_050)
           await paused.opened
         },
       },
