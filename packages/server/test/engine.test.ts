@@ -275,8 +275,9 @@ describe('7. crashes and pauses', () => {
   it('gives the key to the next attempt after a crash: the row protocol once the lease ran out, the lock protocol at once', async () => {
     const key = freshKey()
     const crash = new Error('crash after the reservation')
-    // Long enough that a loaded machine cannot outlast it between the crash and the check that the key is held.
-    const leaseMs = 1_000
+    // Long enough that a loaded machine cannot outlast it between the crash and the check that the key is held (a
+    // rollback, then a reservation).
+    const leaseMs = 2_000
     const crashing = engineFor(db.pool, {
       leaseMs,
       hooks: {
