@@ -162,8 +162,9 @@ describe('replay cache', () => {
         `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''`,
       )
       await db.pool.query('DELETE FROM oncely.idempotency_keys WHERE key = $1', [key])
-      // The pool reports the loss of an idle connection (so the engine empties its cache) once its socket closes.
-      await waitFor('the pool to lose a connection', () => lost, 5_000)
+      // The pool reports the loss of an idle connection (so the engine empties its cache) once its socket closes,
+      // and drops it: the request below must not be handed a connection whose loss the pool has not read yet.
+      await waitFor('the pool to lose its connections', () => lost && pool.totalCount === 0, 5_000)
       // Not a replay of a record the database no longer has: the key runs again.
       expect(await engine.execute(input(key))).toMatchObject({ kind: 'executed' })
     } finally {
