@@ -193,10 +193,10 @@ export class ReplayCache {
     // Known unsafe: nothing is kept (entries written while the check is in flight wait for its answer in get()).
     if (this.#replication?.server === server && !this.#replication.safe) return
     const key = idOf(id)
-    const body = ownBytes(response.body)
-    let bytes = key.length + fingerprint.length + body.length + 64
+    let bytes = key.length + fingerprint.length + response.body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)
     if (bytes > this.#maxBytes) return
+    const body = ownBytes(response.body)
     const lifetime = Math.min(expiresInMs * CLOCK_RATE_MARGIN, this.#maxAgeMs)
     const previous = this.#entries.get(key)
     if (previous) this.#remove(previous)

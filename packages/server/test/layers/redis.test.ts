@@ -113,6 +113,15 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     },
   })
 
+  /** {@link pay}, whose handler holds the key (in its transaction) until `opened` resolves, then pays. */
+  const payOnceOpen = (tenant: string, key: string, opened: Promise<void>): ExecuteInput => ({
+    ...pay(tenant, key, 100),
+    handler: async (ctx) => {
+      await opened
+      return pay(tenant, key, 100).handler(ctx)
+    },
+  })
+
   /** Starts `input` through `leased`; `started` resolves once its handler runs (it holds the lease and the key). */
   const runningOnce = (leased: Engine, input: ExecuteInput) => {
     const first = running(input.handler)
@@ -132,13 +141,7 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     // let a later duplicate's check of the record replay it, and the count of in_progress answers would depend on
     // how fast a loaded machine runs 49 round trips.
     const answered = gate()
-    const first = runningOnce(leased, {
-      ...pay(tenant, key, 100),
-      handler: async (ctx) => {
-        await answered.opened
-        return pay(tenant, key, 100).handler(ctx)
-      },
-    })
+    const first = runningOnce(leased, payOnceOpen(tenant, key, answered.opened))
     await first.started
     // The duplicates would pay at once: one that ran would show as a second payment and a second attempt.
     const duplicates = await Promise.all(
@@ -165,13 +168,7 @@ describe.skipIf(service.skip)('Redis soft lease', () => {
     const key = freshKey()
     // The first holds its key until the other answered: finished first, it would be answered mismatch under both.
     const answered = gate()
-    const first = runningOnce(leased, {
-      ...pay(tenant, key, 100),
-      handler: async (ctx) => {
-        await answered.opened
-        return pay(tenant, key, 100).handler(ctx)
-      },
-    })
+    const first = runningOnce(leased, payOnceOpen(tenant, key, answered.opened))
     await first.started
     const other = await leased.execute(pay(tenant, key, 999))
     answered.open()
