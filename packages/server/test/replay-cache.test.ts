@@ -4,9 +4,27 @@ import { type TestDatabase, waitFor } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { REPLICATION_CHECK_MS, REPLICATION_RECHECK_MS, ReplayCache } from '../src/engine/replay-cache.js'
-import { createEngine, type Engine, type ExecutionContext, postgresStore } from '../src/index.js'
+import {
+  createEngine,
+  type Database,
+  type Engine,
+  type EngineEvent,
+  type ExecutionContext,
+  nodePostgres,
+  postgresStore,
+} from '../src/index.js'
 import { type ReplicationRow, replicationCheck, replicationSafe } from '../src/store/replication.js'
-import { countPayments, engineFor, fingerprintOf, freshKey, setupDatabase, sleep } from './helpers.js'
+import { createEngineForTesting } from '../src/testing/index.js'
+import {
+  countPayments,
+  engineFor,
+  fingerprintOf,
+  freshKey,
+  pooled,
+  reservation,
+  setupDatabase,
+  sleep,
+} from './helpers.js'
 
 let db: TestDatabase
 let checkouts = 0
@@ -170,6 +188,46 @@ describe('replay cache', () => {
     } finally {
       await pool.end()
     }
+  })
+
+  it('forgets everything it cached, and reports the store error, when a replication check fails', async () => {
+    // The check is a statement like any other: its failure (here, the server going away under it) is a store error,
+    // reported, and it empties the cache as every other store error does.
+    const database = nodePostgres({ pool: db.pool, preparedStatements: !pooled })
+    let failing = false
+    const lost = Object.assign(new Error('terminating connection due to administrator command'), {
+      code: '57P01',
+    })
+    const flaky: Database<pg.PoolClient> = {
+      ...database,
+      query: (statement) =>
+        failing && statement === replicationCheck ? Promise.reject(lost) : database.query(statement),
+    }
+    const events: EngineEvent[] = []
+    const engine = await warmed(
+      createEngineForTesting({
+        store: postgresStore({ database: flaky }),
+        reservation,
+        onEvent: (event) => events.push(event),
+      }),
+    )
+    const key = freshKey()
+    await engine.execute(input(key))
+    await replayFromCache(engine, input(key))
+    failing = true
+    // A new entry makes the next check due within REPLICATION_RECHECK_MS; the next request asks for it.
+    await engine.execute(input(freshKey()))
+    await sleep(REPLICATION_RECHECK_MS + 50)
+    await engine.execute(input(key))
+    await waitFor(
+      'the failed check to be reported',
+      () => events.some((event) => event.type === 'store_error' && event.error === lost),
+      5_000,
+    )
+    expect(await checkoutsOf(() => engine.execute(input(key)))).toBe(1)
+    // Once the checks pass again, the cache answers again.
+    failing = false
+    expect(await replayFromCache(engine, input(key))).toMatchObject({ kind: 'replayed' })
   })
 
   it('is bounded by maxEntries (least recently used out first)', async () => {

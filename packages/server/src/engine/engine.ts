@@ -101,8 +101,11 @@ class Keys<Tx> {
     const observe = cache ? (server: number, sentAt: number) => cache.confirm(server, sentAt) : undefined
     const durations = new Durations()
     this.cache = cache
-    this.#replication = cache ? new ReplicationCheck(cache, database) : undefined
-    this.answers = new Answers(config.unavailableRetryAfterMs, database, cache, durations, events)
+    const answers = new Answers(config.unavailableRetryAfterMs, database, cache, durations, events)
+    this.answers = answers
+    this.#replication = cache
+      ? new ReplicationCheck(cache, database, (error) => answers.storeError(error))
+      : undefined
     this.#config = config
     this.#protocol =
       config.reservation === 'lock'
@@ -116,7 +119,7 @@ class Keys<Tx> {
       cache,
       durations,
       events,
-      answers: this.answers,
+      answers,
     }
   }
 

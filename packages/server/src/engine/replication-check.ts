@@ -1,7 +1,8 @@
 // Keeps the replay cache's knowledge of the server's replication current (store/replication.ts): asked when the
 // cache reaches a server it has not checked, every REPLICATION_CHECK_MS after, and within REPLICATION_RECHECK_MS of
 // a new entry (which answers only after a check sent after it), one question at a time and off the request's path.
-// Until a check has answered for the server the cache confirms, the cache does not answer.
+// Until a check has answered for the server the cache confirms, the cache does not answer. A check that fails is a
+// store error like any other statement's: reported, and the cache emptied (see Answers.storeError).
 import { performance } from 'node:perf_hooks'
 import type { Database } from '../store/database.js'
 import { type ReplicationRow, replicationCheck, replicationSafe } from '../store/replication.js'
@@ -13,13 +14,19 @@ const RETRY_AFTER_FAILURE_MS = 1_000
 export class ReplicationCheck {
   readonly #cache: ReplayCache
   readonly #database: Pick<Database<unknown>, 'query'>
+  readonly #failed: (error: unknown) => void
   #inFlight = false
   #notBefore = Number.NEGATIVE_INFINITY
   #toldUnsafe = false
 
-  constructor(cache: ReplayCache, database: Pick<Database<unknown>, 'query'>) {
+  constructor(
+    cache: ReplayCache,
+    database: Pick<Database<unknown>, 'query'>,
+    failed: (error: unknown) => void,
+  ) {
     this.#cache = cache
     this.#database = database
+    this.#failed = failed
   }
 
   /** Starts a check when one is due; never waits for it. */
@@ -39,10 +46,11 @@ export class ReplicationCheck {
           this.#cache.replicationChecked(row.server, safe, now)
           if (!safe) this.#tellUnsafe(row)
         },
-        () => {
-          // Unanswered: the cache keeps not answering, and the check is asked again shortly.
+        (error: unknown) => {
+          // Unanswered: the check is asked again shortly; entries stored since the last check keep waiting for one.
           this.#inFlight = false
           this.#notBefore = performance.now() + RETRY_AFTER_FAILURE_MS
+          this.#failed(error)
         },
       )
   }
