@@ -181,10 +181,14 @@ export function rawFlood(options: {
       received = Buffer.concat([received, data])
     })
     socket.on('error', () => {})
-    socket.on('close', () => {
-      closed = true
-      settle({ closed: true })
-    })
+    // One promise for the close, raced with each drain: a 'close' listener per full buffer would pile up.
+    const gone = new Promise<void>((done) =>
+      socket.on('close', () => {
+        closed = true
+        settle({ closed: true })
+        done()
+      }),
+    )
     const chunk = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(65_536, 'x'), Buffer.from('\r\n')])
     socket.once('connect', async () => {
       const head = Object.entries(options.headers).map(([name, value]) => `${name}: ${value}\r\n`)
@@ -194,7 +198,7 @@ export function rawFlood(options: {
       while (written < options.bytes && !closed) {
         written += 65_536
         if (!socket.write(chunk)) {
-          await new Promise((next) => socket.once('drain', next).once('close', next))
+          await Promise.race([new Promise<void>((next) => socket.once('drain', () => next())), gone])
         }
       }
     })
