@@ -263,22 +263,32 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     try {
       found = await this.#protocol.inspect(request, this.#connection())
     } catch (error) {
-      return this.#env.answers.unavailable(this.#env.answers.storeError(error, this.#id))
+      // After a lost lease the library may hand the inspection the connection Postgres closed under this attempt (a
+      // library that rolls back through its own transaction callback is not told, and pools it again): once that
+      // failure has shown, the library drops it, so the inspection is asked once more on the pool.
+      if (!this.#lostLease())
+        return this.#env.answers.unavailable(this.#env.answers.storeError(error, this.#id))
+      try {
+        found = await this.#protocol.inspect(request, (statement) => this.#env.database.query(statement))
+      } catch (again) {
+        return this.#env.answers.unavailable(this.#env.answers.storeError(again, this.#id))
+      }
     }
     const lost = { kind: 'lost', sent, attempt, leaseMs: request.leaseMs, whenBusy } as const
     return this.#env.answers.answerInspection(this.#id, request.fingerprint, found, lost) as Outcome
   }
 
   /**
-   * Whether the connection broke because the attempt lost its lease: Postgres ended its transaction for sitting
-   * idle past the lease (25P03), or it broke after the process stalled for a whole lease, or a whole lease since it
-   * last kept it (the first error seen may then be the socket's, not Postgres's reason).
+   * Whether the attempt lost its lease: the process stalled for a whole lease (whether or not the datasource reported
+   * what Postgres did meanwhile: a library that rolls back through its own transaction callback may report nothing
+   * for a transaction Postgres already ended), or the connection broke because Postgres ended the transaction for
+   * sitting idle past the lease (25P03), or it broke a whole lease since the attempt last kept it (the first error
+   * seen may then be the socket's, not Postgres's reason).
    */
   #lostLease(): boolean {
+    if (this.#stalled) return true
     if (this.#broken === undefined) return false
-    return (
-      isLeaseLost(this.#broken) || this.#stalled || Date.now() - this.#beat >= this.#claim.request.leaseMs
-    )
+    return isLeaseLost(this.#broken) || Date.now() - this.#beat >= this.#claim.request.leaseMs
   }
 
   /** Rolls the business transaction back, once; a failure marks the connection broken. */

@@ -209,7 +209,9 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
           beforeCommit: () => {
             if (!stall) return
             stall = false
-            stallEventLoop(500)
+            // Over three leases: Postgres must have ended the idle transaction when the process wakes, even when a
+            // loaded machine runs its timeout late (a finish that reached a live transaction would rightly commit).
+            stallEventLoop(1_000)
           },
         },
       })
@@ -226,6 +228,32 @@ describe(`datasource ${datasourceName} (reservation: '${reservation}')`, () => {
       const late = await original
       expect(winner).toMatchObject({ kind: 'executed' })
       expect(['lease_expired', 'replayed']).toContain(late.kind)
+      expect(await ds.payments(key)).toBe(1)
+    },
+  )
+
+  // Left out on one connection, as above. Regression: a library that rolls back through its own transaction callback
+  // (Prisma, Knex, ...) reports no error for a transaction Postgres already ended, so an attempt whose handler the
+  // stall aborted was answered as an ordinary retryable failure, and the stall went unreported.
+  it.skipIf(single)(
+    'an attempt whose handler a stall past its lease aborted answers lease_expired, its writes rolled back',
+    async () => {
+      const key = freshKey()
+      const engine = engineWith({ leaseMs: 300 })
+      const outcome = await engine.execute(
+        request(key, async (ctx: { tx: unknown; signal: AbortSignal }) => {
+          await ds.pay(ctx.tx, key)
+          // Over three leases: Postgres ends the idle transaction meanwhile. The keep-alive due during the stall runs
+          // once the process wakes, sees it, and aborts the attempt; the handler honours its signal.
+          stallEventLoop(1_000)
+          if (!ctx.signal.aborted)
+            await new Promise((aborted) => ctx.signal.addEventListener('abort', aborted, { once: true }))
+          throw ctx.signal.reason
+        }),
+      )
+      expect(outcome).toMatchObject({ kind: 'lease_expired' })
+      expect(await ds.payments(key)).toBe(0)
+      expect(await engine.execute(request(key, paying(key)))).toMatchObject({ kind: 'executed' })
       expect(await ds.payments(key)).toBe(1)
     },
   )
