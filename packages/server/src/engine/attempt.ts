@@ -265,11 +265,13 @@ export class Attempt<Tx, C extends Claim<Tx>> {
     } catch (error) {
       // After a lost lease the library may hand the inspection the connection Postgres closed under this attempt (a
       // library that rolls back through its own transaction callback is not told, and pools it again): once that
-      // failure has shown, the library drops it, so the inspection is asked once more on the pool.
+      // failure has shown, the library drops it, so the inspection is asked once more, on the pool (the attempt's
+      // own connection, marked broken, given back first).
       if (!this.#lostLease())
         return this.#env.answers.unavailable(this.#env.answers.storeError(error, this.#id))
+      this.#broken ??= error as Error
       try {
-        found = await this.#protocol.inspect(request, (statement) => this.#env.database.query(statement))
+        found = await this.#protocol.inspect(request, this.#connection())
       } catch (again) {
         return this.#env.answers.unavailable(this.#env.answers.storeError(again, this.#id))
       }
