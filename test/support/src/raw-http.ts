@@ -79,6 +79,15 @@ export function parseRawResponse(data: Buffer): RawResponse | undefined {
 }
 
 /**
+ * Writes `chunk`; when the socket's buffer is full, waits until it drained or the socket closed (`closed`, one
+ * promise per socket: a 'close' listener per full buffer would pile up).
+ */
+async function writeOrWait(socket: Socket, chunk: Buffer | string, closed: Promise<void>): Promise<void> {
+  if (!socket.write(chunk))
+    await Promise.race([new Promise<void>((drained) => socket.once('drain', () => drained())), closed])
+}
+
+/**
  * Sends the headers, then the body in chunks, then reads; settles once a complete response was read (then closes
  * the socket), or with the reason there was none.
  */
@@ -109,9 +118,7 @@ export function rawPost(options: RawPost): Promise<RawOutcome> {
 
     const write = async (chunk: Buffer | string) => {
       if (settled || socket.destroyed) return
-      if (!socket.write(chunk)) {
-        await Promise.race([new Promise<void>((done) => socket.once('drain', () => done())), closed])
-      }
+      await writeOrWait(socket, chunk, closed)
     }
     socket.pause()
     socket.once('connect', async () => {
@@ -181,14 +188,11 @@ export function rawFlood(options: {
       received = Buffer.concat([received, data])
     })
     socket.on('error', () => {})
-    // One promise for the close, raced with each drain: a 'close' listener per full buffer would pile up.
-    const gone = new Promise<void>((done) =>
-      socket.on('close', () => {
-        closed = true
-        settle({ closed: true })
-        done()
-      }),
-    )
+    socket.on('close', () => {
+      closed = true
+      settle({ closed: true })
+    })
+    const gone = new Promise<void>((done) => socket.once('close', () => done()))
     const chunk = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(65_536, 'x'), Buffer.from('\r\n')])
     socket.once('connect', async () => {
       const head = Object.entries(options.headers).map(([name, value]) => `${name}: ${value}\r\n`)
@@ -197,9 +201,7 @@ export function rawFlood(options: {
       )
       while (written < options.bytes && !closed) {
         written += 65_536
-        if (!socket.write(chunk)) {
-          await Promise.race([new Promise<void>((next) => socket.once('drain', () => next())), gone])
-        }
+        await writeOrWait(socket, chunk, gone)
       }
     })
   })
