@@ -60,10 +60,13 @@ async function concurrently(count: number, work: () => Promise<void>): Promise<v
   )
 }
 
+// The connections that prepared the floor's statements: kept across calls, since a variant runs on one pool round
+// after round and a PREPARE of a name the connection holds fails.
+const prepared = new WeakSet<pg.PoolClient>()
+
 const floorVariant =
   (reserve: (id: string) => string): Variant =>
   async (pool, count) => {
-    const prepared = new WeakSet<pg.PoolClient>()
     await concurrently(count, async () => {
       const key = nextKey()
       const id = `'bench', 'POST /ledger', '${key}'`
