@@ -339,24 +339,50 @@ describe('ReplayCache', () => {
     expect(cache.size).toBe(1)
   })
 
-  it('keeps a copy of a body that is a view into a larger buffer, not the buffer (which maxBytes does not count)', () => {
+  it("keeps a body's bytes, never a view into the caller's buffer, and hands each replay a buffer of its own", () => {
     const cache = confirmed(newCache())
-    // A slice of a handler's 1 MiB buffer, and a small body from Node's shared pool (where Buffer.from puts it).
+    // A slice of a handler's 1 MiB buffer, a small body from Node's shared pool (where Buffer.from puts it), a body
+    // that owns its memory, and every byte value (no text encoding may touch them).
     const large = Buffer.alloc(1 << 20, 7)
     const pooled = Buffer.from('{"ok":true}')
     expect(pooled.buffer.byteLength).toBeGreaterThan(pooled.byteLength)
     const owned = Buffer.from(new Uint8Array([1, 2, 3]).buffer)
-    const bodies = { slice: large.subarray(10, 26), pooled, owned }
+    const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => 255 - i))
+    const bodies = { slice: large.subarray(10, 26), pooled, owned, bytes }
+    const copies = Object.fromEntries(Object.entries(bodies).map(([key, body]) => [key, Buffer.from(body)]))
     for (const [key, body] of Object.entries(bodies))
       cache.set(id(key), 'f', { status: 201, headers: {}, body }, 60_000, ...now(), SERVER)
     checked(cache)
-    for (const [key, body] of Object.entries(bodies)) {
-      const kept = cache.get(id(key))?.response.body
-      expect(kept?.equals(body)).toBe(true)
-      expect(kept?.buffer.byteLength, key).toBe(body.byteLength)
+    // Written over after it was stored: a view would now replay other bytes.
+    for (const body of Object.values(bodies)) body.fill(0)
+    for (const key of Object.keys(bodies)) {
+      const replayed = cache.get(id(key))!.response.body
+      expect(replayed.equals(copies[key]!), key).toBe(true)
+      // What one replay's reader does to its buffer, the next replay does not see.
+      replayed.fill(1)
+      expect(cache.get(id(key))!.response.body.equals(copies[key]!), key).toBe(true)
     }
-    // A body that owns its memory is kept as it is: no copy.
-    expect(cache.get(id('owned'))?.response.body).toBe(owned)
+  })
+
+  it('keeps the records of one key under several scopes and operations apart, and bounds how many', () => {
+    const cache = confirmed(newCache())
+    const under = (scope: string, operation = 'POST /x') => ({ scope, operation, key: 'k' })
+    // Clients of many tenants sending the same key: the first eight are kept, the rest answered by the database.
+    for (let i = 0; i < 10; i++) cache.set(under(`t${i}`), `f${i}`, response(i), 60_000, ...now(), SERVER)
+    checked(cache)
+    for (let i = 0; i < 8; i++) expect(cache.get(under(`t${i}`))?.fingerprint).toBe(`f${i}`)
+    expect(cache.get(under('t8'))).toBeUndefined()
+    expect(cache.get(under('t9'))).toBeUndefined()
+    expect(cache.get(under('t0', 'POST /y'))).toBeUndefined()
+    expect(cache.size).toBe(8)
+    // Forgetting the oldest, the newest and one between leaves the others answering.
+    for (const scope of ['t0', 't7', 't3']) cache.delete(under(scope))
+    expect(cache.size).toBe(5)
+    for (const scope of ['t1', 't2', 't4', 't5', 't6']) expect(cache.get(under(scope))).toBeDefined()
+    for (const scope of ['t0', 't7', 't3']) expect(cache.get(under(scope))).toBeUndefined()
+    // Stored again, a record replaces its entry rather than adding one.
+    cache.set(under('t1'), 'f1', response(1), 60_000, ...now(), SERVER)
+    expect(cache.size).toBe(5)
   })
 
   it('keeps ids apart that would collide if concatenated', () => {

@@ -39,9 +39,25 @@ export const REPLICATION_CHECK_MS = 10_000
 export const REPLICATION_RECHECK_MS = 100
 
 interface Entry {
+  // The record's id. The map is keyed by `key` alone, the idempotency key the request already holds: a key built
+  // from the three parts would be a new string to allocate, flatten and hash twice per first execution, which
+  // measured about a fifth of the engine's own CPU. Entries of one key under other scopes or operations are chained
+  // through `sameKey`.
+  scope: string
+  operation: string
   key: string
+  /** The next entry of the same key (another scope or operation), or undefined. */
+  sameKey: Entry | undefined
   fingerprint: string
-  response: StoredResponse
+  status: number
+  headers: Record<string, string>
+  /**
+   * The body's bytes as a latin1 string (one character per byte, so exact): one object on the heap, where a Buffer
+   * of its own costs an ArrayBuffer, its memory outside the heap and the collector's work to free both, on every
+   * first execution. A view into a larger buffer (Node's pool of small buffers, a slice a handler returned) is never
+   * held, so nothing outside the entry is kept alive past what `maxBytes` counts.
+   */
+  body: string
   /** Evict when either clock reaches its deadline: monotonic (immune to clock steps), wall (counts suspends). */
   monotonicDeadline: number
   wallDeadline: number
@@ -57,22 +73,12 @@ interface Entry {
 // (NTP slews at most 500 ppm) cannot keep an entry past its expiry: 24 h of retention is cut by 86 s.
 const CLOCK_RATE_MARGIN = 0.999
 
-// The entry's key: the id's three parts joined by NUL, which no text in Postgres can hold, so no two ids share one (an
-// id with a NUL in it never has a record to remember) and nothing is converted to build it.
-const idOf = (id: RecordId) => `${id.scope}\u0000${id.operation}\u0000${id.key}`
-
 /**
- * `body`, or a copy of it in memory of its own when it is a view into a larger buffer: Node's shared pool of small
- * buffers (where `Buffer.from()` puts every body under 4 KiB, JSON responses and bodies read back from the database
- * alike), or a slice a handler returned. An entry holding such a view would keep the whole buffer alive, 8 KiB of
- * pool per entry or all of a handler's buffer, past what `maxBytes` counts.
+ * The most entries one idempotency key keeps (under as many scopes or operations): a lookup walks them, so clients
+ * of many tenants that all send the same key (`1`, `2`, ...) cannot make it long. A record past it is not cached,
+ * and its replays are answered by the database.
  */
-function ownBytes(body: Buffer): Buffer {
-  if (body.byteLength === body.buffer.byteLength) return body
-  const own = Buffer.allocUnsafeSlow(body.byteLength)
-  body.copy(own)
-  return own
-}
+const MAX_SAME_KEY = 8
 
 /**
  * A bounded LRU of finished key records (succeeded or failed_permanent). Such a record cannot change until it
@@ -85,7 +91,9 @@ function ownBytes(body: Buffer): Buffer {
 export class ReplayCache {
   // A Map for lookup plus a doubly linked list for recency: O(1) per operation. (Evicting by iterating a Map from
   // its start skips every slot deleted since its last rehash: about 10 us per insert at 10,000 entries, measured.)
+  /** The newest entry of each idempotency key, the others chained from it (see Entry). */
   readonly #entries = new Map<string, Entry>()
+  #count = 0
   #oldest: Entry | undefined
   #newest: Entry | undefined
   readonly #maxEntries: number
@@ -154,12 +162,19 @@ export class ReplayCache {
 
   /** The number of entries held (expired ones included until touched or evicted). */
   get size(): number {
-    return this.#entries.size
+    return this.#count
+  }
+
+  /** The entry of `id`, if there is one. */
+  #find(id: RecordId): Entry | undefined {
+    for (let entry = this.#entries.get(id.key); entry; entry = entry.sameKey)
+      if (entry.scope === id.scope && entry.operation === id.operation) return entry
+    return undefined
   }
 
   /** The finished record, or undefined when unknown or (conservatively) expired. */
   get(id: RecordId): { fingerprint: string; response: StoredResponse } | undefined {
-    const entry = this.#entries.get(idOf(id))
+    const entry = this.#find(id)
     // Safe as of a check sent after the entry was stored: its commit was already on every standby the server had
     // then, and a standby attached since was copied from the server after that commit. (A check from before the
     // entry says nothing of a standby that attached in between, asynchronously, and may be promoted.)
@@ -172,7 +187,10 @@ export class ReplayCache {
     }
     this.#unlink(entry)
     this.#append(entry) // most recently used last
-    return entry
+    return {
+      fingerprint: entry.fingerprint,
+      response: { status: entry.status, headers: entry.headers, body: Buffer.from(entry.body, 'latin1') },
+    }
   }
 
   /**
@@ -192,18 +210,25 @@ export class ReplayCache {
     if (!(expiresInMs > 0) || server !== this.#server) return
     // Known unsafe: nothing is kept (entries written while the check is in flight wait for its answer in get()).
     if (this.#replication?.server === server && !this.#replication.safe) return
-    const key = idOf(id)
-    let bytes = key.length + fingerprint.length + response.body.length + 64
+    const { scope, operation, key } = id
+    let bytes = scope.length + operation.length + key.length + fingerprint.length + response.body.length + 64
     for (const name in response.headers) bytes += name.length + (response.headers[name]?.length ?? 0)
     if (bytes > this.#maxBytes) return
-    const body = ownBytes(response.body)
-    const lifetime = Math.min(expiresInMs * CLOCK_RATE_MARGIN, this.#maxAgeMs)
-    const previous = this.#entries.get(key)
+    const previous = this.#find(id)
     if (previous) this.#remove(previous)
+    const sameKey = this.#entries.get(key)
+    let chained = 0
+    for (let other = sameKey; other; other = other.sameKey) if (++chained >= MAX_SAME_KEY) return
+    const lifetime = Math.min(expiresInMs * CLOCK_RATE_MARGIN, this.#maxAgeMs)
     const entry: Entry = {
+      scope,
+      operation,
       key,
+      sameKey,
       fingerprint,
-      response: body === response.body ? response : { ...response, body },
+      status: response.status,
+      headers: response.headers,
+      body: response.body.toString('latin1'),
       monotonicDeadline: sentAt + lifetime,
       wallDeadline: sentAtWall + lifetime,
       bytes,
@@ -213,10 +238,11 @@ export class ReplayCache {
       newer: undefined,
     }
     this.#entries.set(key, entry)
+    this.#count++
     this.#newestStoredAt = entry.storedAt
     this.#append(entry)
     this.#bytes += bytes
-    while (this.#oldest && (this.#entries.size > this.#maxEntries || this.#bytes > this.#maxBytes)) {
+    while (this.#oldest && (this.#count > this.#maxEntries || this.#bytes > this.#maxBytes)) {
       this.#remove(this.#oldest)
     }
   }
@@ -224,6 +250,7 @@ export class ReplayCache {
   /** Forgets every record. */
   clear(): void {
     this.#entries.clear()
+    this.#count = 0
     this.#oldest = undefined
     this.#newest = undefined
     this.#bytes = 0
@@ -231,7 +258,7 @@ export class ReplayCache {
 
   /** Forgets a record (it was deleted). */
   delete(id: RecordId): void {
-    const entry = this.#entries.get(idOf(id))
+    const entry = this.#find(id)
     if (entry) this.#remove(entry)
   }
 
@@ -254,7 +281,17 @@ export class ReplayCache {
 
   #remove(entry: Entry): void {
     this.#unlink(entry)
-    this.#entries.delete(entry.key)
+    const head = this.#entries.get(entry.key)
+    if (head === entry) {
+      if (entry.sameKey) this.#entries.set(entry.key, entry.sameKey)
+      else this.#entries.delete(entry.key)
+    } else {
+      let before = head
+      while (before && before.sameKey !== entry) before = before.sameKey
+      if (before) before.sameKey = entry.sameKey
+    }
+    entry.sameKey = undefined
+    this.#count--
     this.#bytes -= entry.bytes
   }
 }
