@@ -107,9 +107,9 @@ try {
       log,
     })
     // The floor target, judged head to head: each protocol of oncely against the floor, run after run, each in a
-    // server process of its own. In the shared process a variant pays for what the others keep on the heap (the
-    // replay cache's entries, marked by every collection whichever variant runs): measured there, the floor ran
-    // slower and oncely's ratio to it read higher than with each alone.
+    // server process of its own. In the shared process a variant pays for what the others do there (the heap the
+    // collector walks, the replay cache's background checks): measured there, oncely's ratio to the floor read up
+    // to 0.04 higher than with each alone.
     if (options.shapes.includes('c10') && server.urls['sql-floor']) {
       for (const variant of ['oncely-lock', 'oncely-row'].filter((name) => server.urls[name])) {
         const alone = await Promise.all(
