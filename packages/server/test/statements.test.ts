@@ -3,7 +3,8 @@
 import { createTestDatabase, type TestDatabase } from '@oncely/test-support'
 import pg from 'pg'
 import { afterAll, beforeAll, expect, it, onTestFinished } from 'vitest'
-import { createEngine, migrate, postgresStore } from '../src/index.js'
+import { createEngine, migrate, nodePostgres, postgresStore } from '../src/index.js'
+import { bind, statementTexts } from '../src/store/queries.js'
 import { createEngineForTesting } from '../src/testing/index.js'
 import { fingerprintOf, freshKey, gate, reservation, sleep, stallEventLoop } from './helpers.js'
 
@@ -205,4 +206,18 @@ it("reads a key's row, and fences on it, whatever the session's DateStyle, TimeZ
   expect(await engine.execute(input('third', 60_000))).toMatchObject({ kind: 'executed' })
   const again = await engine.execute(input('fourth'))
   expect(again).toMatchObject({ kind: 'replayed', response: { headers: { etag: 'third' } } })
+})
+
+it('sends a prepared statement without parameters in one message with others', async () => {
+  // Postgres refuses an empty parameter list (`PREPARE name() AS`, `EXECUTE name()`): none is written.
+  const { noParameters } = statementTexts({ noParameters: { types: [], text: 'SELECT 1 AS one' } })
+  const session = await nodePostgres({ pool: db.pool }).session()
+  try {
+    for (let round = 0; round < 2; round++) {
+      const results = await session.run(['BEGIN', bind(noParameters, []), 'COMMIT'])
+      expect(results[1]!.rows).toEqual([{ one: 1 }])
+    }
+  } finally {
+    session.release()
+  }
 })

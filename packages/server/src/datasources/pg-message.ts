@@ -48,7 +48,12 @@ export function fitsOneMessage(steps: readonly Step[]): boolean {
 /** The SQL-level prepared statement of a named, typed statement: its name, and the PREPARE to send once. */
 export function sqlPrepared(statement: Statement): { name: string; prepare: string } {
   const name = sqlPreparedName(statement)
-  return { name, prepare: `PREPARE ${name}(${(statement.types ?? []).join(', ')}) AS ${statement.text}` }
+  const types = statement.types ?? []
+  // Without parameters there is no list at all: Postgres's grammar refuses an empty one, `PREPARE name() AS`.
+  return {
+    name,
+    prepare: `PREPARE ${name}${types.length > 0 ? `(${types.join(', ')})` : ''} AS ${statement.text}`,
+  }
 }
 
 // The SQL-level name of each statement name: the same string every time, so the lookups in the connection's set of
@@ -73,7 +78,8 @@ export function executeText(statement: Statement): string {
   let args = ''
   for (let i = 0; i < values.length; i++)
     args += `${i > 0 ? ', ' : ''}${sqlLiteral(values[i], types[i] ?? 'text')}`
-  return `EXECUTE ${sqlPreparedName(statement)}(${args})`
+  // `EXECUTE name()` is a syntax error, like an empty PREPARE list.
+  return `EXECUTE ${sqlPreparedName(statement)}${values.length > 0 ? `(${args})` : ''}`
 }
 
 /**

@@ -3,7 +3,7 @@
 // wait for (asynchronous replication) may not have received the last commits, and the promoted server then has
 // neither their key records nor their business rows. The replay cache must not answer for those.
 import type { Statement } from './database.js'
-import { SERVER } from './queries.js'
+import { bind, SERVER, statementTexts } from './queries.js'
 
 /**
  * The server, its standbys (every role sees how many; `sync_state` only with the privileges of pg_read_all_stats,
@@ -11,15 +11,22 @@ import { SERVER } from './queries.js'
  * standby that is disconnected is no walsender, but its physical replication slot still counts it: it comes back
  * behind, and could be promoted.
  */
-export const replicationCheck: Statement = {
-  text: `SELECT ${SERVER},
+export const replicationCheck: Statement = bind(
+  // Named, so a datasource prepares it once per connection: planned on every check, this join of the replication
+  // views cost Postgres about 1.4 ms (against 0.07 ms prepared), ten times a second under steady traffic.
+  statementTexts({
+    replicationCheck: {
+      types: [],
+      text: `SELECT ${SERVER},
   greatest((SELECT count(*) FROM pg_stat_replication),
     (SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical'))::int AS standbys,
   (SELECT count(*) FROM pg_stat_replication WHERE sync_state NOT IN ('sync', 'quorum'))::int AS unsynchronised,
   current_setting('synchronous_standby_names') AS standby_names,
   current_setting('synchronous_commit') AS synchronous_commit`,
-  values: [],
-}
+    },
+  }).replicationCheck,
+  [],
+)
 
 export interface ReplicationRow {
   server: number
