@@ -28,6 +28,12 @@ export interface CpuSplit {
 /** First executions run right before a measured one, outside it. */
 const WARM_UP = 200
 
+/**
+ * First executions, then their replays, each server process runs before the first round: a process of its own has
+ * not had its code compiled by other variants' requests, and its first rounds read up to twice its settled CPU.
+ */
+const PROCESS_WARM_UP = 2_000
+
 /** CPU seconds so far of each backend connected to the pool's database, other than the pool's own. */
 async function backends(pool: pg.Pool): Promise<Map<number, number>> {
   const { rows } = await pool.query<{ pid: number }>(
@@ -37,8 +43,11 @@ async function backends(pool: pg.Pool): Promise<Map<number, number>> {
 }
 
 export async function cpuSplit(options: {
-  urls: Record<string, string>
-  serverPid: number
+  /**
+   * Each variant's server: its URL and the pid of a process that serves it alone. In a shared process a variant's
+   * CPU would include what the others do there: the collector walking their heaps, their replay caches' checks.
+   */
+  servers: Record<string, { url: string; pid: number }>
   /** A pool on the bench database, to find its backends. */
   pool: pg.Pool
   variants: readonly string[]
@@ -48,10 +57,18 @@ export async function cpuSplit(options: {
 }): Promise<CpuSplit[]> {
   type Samples = Record<'server' | 'backend' | 'postgres' | 'load' | 'writes' | 'rps', number[]>
   const samples = new Map<string, Samples>()
+  for (const variant of options.variants) {
+    const url = options.servers[variant]?.url
+    if (!url) continue
+    const prefix = `cpu-warm-up-${variant}-${randomUUID()}`
+    for (let pass = 0; pass < 2; pass++)
+      await load({ url, connections: 10, amount: PROCESS_WARM_UP, nextKey: keySequence(prefix) })
+  }
   for (let round = 0; round < options.rounds; round++) {
     for (const variant of options.variants) {
-      const url = options.urls[variant]
-      if (!url) continue
+      const server = options.servers[variant]
+      if (!server) continue
+      const { url, pid } = server
       for (const path of ['first', 'replay'] as const) {
         let nextKey: () => string = () => randomUUID()
         // The pool at its size and its backends started before the measurement: the bench server's pools give idle
@@ -64,8 +81,8 @@ export async function cpuSplit(options: {
           await load({ url, connections: 10, amount: options.requests, nextKey: keySequence(prefix) })
           nextKey = keySequence(prefix)
         }
-        const server0 = cpuSeconds(options.serverPid)
-        const writes0 = writeCalls(options.serverPid)
+        const server0 = cpuSeconds(pid)
+        const writes0 = writeCalls(pid)
         const backends0 = await backends(options.pool)
         const postgres0 = postgresProcesses()
         const load0 = process.cpuUsage()
@@ -83,11 +100,11 @@ export async function cpuSplit(options: {
           writes: [],
           rps: [],
         }
-        entry.server.push(((cpuSeconds(options.serverPid) - server0) * 1e6) / n)
+        entry.server.push(((cpuSeconds(pid) - server0) * 1e6) / n)
         entry.backend.push((cpuDelta(backends0, backends1) * 1e6) / n)
         entry.postgres.push((cpuDelta(postgres0, postgres1) * 1e6) / n)
         entry.load.push((load1.user + load1.system) / n)
-        entry.writes.push((writeCalls(options.serverPid) - writes0) / n)
+        entry.writes.push((writeCalls(pid) - writes0) / n)
         entry.rps.push(result.rps)
         samples.set(id, entry)
         options.log(
