@@ -5,6 +5,7 @@ import type { LoadResult } from '../src/load.js'
 import { pairedRatios, roundRatios, spreadOf } from '../src/paired.js'
 import { type BenchReport, emptyReport } from '../src/report.js'
 import type { ScenarioSummary } from '../src/suites/compare.js'
+import type { CpuSplit } from '../src/suites/cpu.js'
 import { evaluateTargets } from '../src/targets.js'
 
 const run = (rps: number): LoadResult => ({
@@ -190,6 +191,34 @@ describe('evaluateTargets on paired rounds', () => {
     const t = target([lock, peer], "at least every peer's throughput, replay path")
     expect(t.met).toBe(true)
     expect(t.rounds?.min).toBeGreaterThan(1)
+  })
+
+  it("judges the server CPU above the floor on each round's difference, not on the two medians", () => {
+    const cpu = (variant: string, serverRoundsUs: number[]): CpuSplit => ({
+      variant,
+      path: 'first',
+      requests: 1500,
+      serverUs: spreadOf(serverRoundsUs)!.median,
+      serverRoundsUs,
+      backendUs: 0,
+      postgresUs: 0,
+      loadUs: 0,
+      writesPerRequest: 4,
+      rps: 0,
+    })
+    // Round 2 was slow for both, and oncely's run of round 3 alone was disturbed: the rounds' differences are 90,
+    // 90 and 610 us, while the medians (900 and 340 us, from different rounds) differ by 560.
+    const withCpu: BenchReport = {
+      ...report([]),
+      cpu: [cpu('oncely-lock', [400, 900, 950]), cpu('sql-floor', [310, 810, 340])],
+    }
+    const t = evaluateTargets(withCpu).find(
+      (found) =>
+        found.name.startsWith('server CPU per first execution above') && found.name.includes("'lock'"),
+    )!
+    expect(t.met).toBe(true)
+    expect(t.rounds).toMatchObject({ median: 90, min: 90, max: 610 })
+    expect(t.measured).toBe('90 us (90–610, 3 rounds)')
   })
 
   it('reports a target whose inputs were not measured as such', () => {

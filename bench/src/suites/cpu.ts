@@ -15,6 +15,8 @@ export interface CpuSplit {
   requests: number
   /** Medians over rounds, microseconds of CPU (user + system) per request. */
   serverUs: number
+  /** The server's CPU per request in each round, in round order: a comparison pairs the rounds of two variants. */
+  serverRoundsUs: number[]
   /** The backends connected to the bench database (the server's pools), read by their pids. */
   backendUs: number
   /** Every process named postgres on the machine. */
@@ -120,6 +122,7 @@ export async function cpuSplit(options: {
       path,
       requests: options.requests,
       serverUs: median(s.server),
+      serverRoundsUs: s.server,
       backendUs: median(s.backend),
       postgresUs: median(s.postgres),
       loadUs: median(s.load),
