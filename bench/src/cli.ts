@@ -281,7 +281,6 @@ try {
         report.cpu = await cpuSplit({
           servers: alone.servers,
           pool: db.pool,
-          variants: Object.keys(alone.servers),
           // As many as a c10 run: at 500 a run's CPU per request moved by a factor of two between rounds, as the
           // compiler's and the collector's work on other threads fell into one run or another.
           requests: mode.c10,

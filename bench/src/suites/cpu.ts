@@ -46,31 +46,26 @@ async function backends(pool: pg.Pool): Promise<Map<number, number>> {
 
 export async function cpuSplit(options: {
   /**
-   * Each variant's server: its URL and the pid of a process that serves it alone. In a shared process a variant's
+   * Each variant measured, and its server: its URL and the pid of a process that serves it alone. In a shared process a variant's
    * CPU would include what the others do there: the collector walking their heaps, their replay caches' checks.
    */
   servers: Record<string, { url: string; pid: number }>
   /** A pool on the bench database, to find its backends. */
   pool: pg.Pool
-  variants: readonly string[]
   requests: number
   rounds: number
   log: (line: string) => void
 }): Promise<CpuSplit[]> {
   type Samples = Record<'server' | 'backend' | 'postgres' | 'load' | 'writes' | 'rps', number[]>
   const samples = new Map<string, Samples>()
-  for (const variant of options.variants) {
-    const url = options.servers[variant]?.url
-    if (!url) continue
+  const servers = Object.entries(options.servers)
+  for (const [variant, { url }] of servers) {
     const prefix = `cpu-warm-up-${variant}-${randomUUID()}`
     for (let pass = 0; pass < 2; pass++)
       await load({ url, connections: 10, amount: PROCESS_WARM_UP, nextKey: keySequence(prefix) })
   }
   for (let round = 0; round < options.rounds; round++) {
-    for (const variant of options.variants) {
-      const server = options.servers[variant]
-      if (!server) continue
-      const { url, pid } = server
+    for (const [variant, { url, pid }] of servers) {
       for (const path of ['first', 'replay'] as const) {
         let nextKey: () => string = () => randomUUID()
         // The pool at its size and its backends started before the measurement: the bench server's pools give idle
