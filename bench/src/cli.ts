@@ -1,8 +1,10 @@
 // `pnpm bench`: starts the bench server on a fresh database, runs the suites and prints Markdown tables;
 // `--json <file>` also writes the ratios and targets. See docs/benchmarks.md for the method.
+import { randomUUID } from 'node:crypto'
 import { writeFile } from 'node:fs/promises'
 import { performance } from 'node:perf_hooks'
 import { createTestDatabase } from '@oncely/test-support'
+import { warmUpProcess } from './load.js'
 import { describeMachine } from './machine.js'
 import { parseOptions, USAGE } from './options.js'
 import { postgresVisible } from './proc.js'
@@ -33,7 +35,7 @@ ${USAGE}`)
 }
 
 const defaults = options.quick
-  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300, headToHeadBlocks: 6 }
+  ? { rounds: 3, c1: 300, c10: 1500, warmup: 200, stormKeys: 10, clientRequests: 300, headToHeadBlocks: 10 }
   : {
       rounds: 5,
       c1: 2000,
@@ -41,7 +43,7 @@ const defaults = options.quick
       warmup: 1000,
       stormKeys: 50,
       clientRequests: 2000,
-      headToHeadBlocks: 6,
+      headToHeadBlocks: 10,
     }
 const mode = options.requests
   ? {
@@ -67,8 +69,8 @@ const needsServer = (['server', 'storm', 'scale', 'cpu', 'adapters'] as const).s
   options.suites.has(suite),
 )
 /**
- * Starts each of `names` in a bench server process of its own, for the suites that judge one variant against
- * another: in the shared process a variant pays for what the others do there (the heap the collector walks, the
+ * Starts each of `names` in a bench server process of its own, warmed up to its steady state (see warmUpProcess),
+ * for the suites that judge one variant against another: in the shared process a variant pays for what the others do there (the heap the collector walks, the
  * replay caches' background checks), and oncely's ratio to the floor read up to 0.04 higher there than alone. A
  * variant that fails to set up is left out, as in the shared process.
  */
@@ -91,6 +93,13 @@ async function startAlone(names: readonly string[]) {
   for (const [i, name] of names.entries()) {
     const url = own[i]?.urls[name]
     if (url) servers[name] = { url, pid: own[i]!.pid }
+  }
+  try {
+    for (const [name, { url }] of Object.entries(servers))
+      await warmUpProcess(url, `warm-up-${name}-${randomUUID()}`)
+  } catch (error) {
+    await stop()
+    throw error
   }
   return { servers, stop }
 }

@@ -30,12 +30,6 @@ export interface CpuSplit {
 /** First executions run right before a measured one, outside it. */
 const WARM_UP = 200
 
-/**
- * First executions, then their replays, each server process runs before the first round: a process of its own has
- * not had its code compiled by other variants' requests, and its first rounds read up to twice its settled CPU.
- */
-const PROCESS_WARM_UP = 2_000
-
 /** CPU seconds so far of each backend connected to the pool's database, other than the pool's own. */
 async function backends(pool: pg.Pool): Promise<Map<number, number>> {
   const { rows } = await pool.query<{ pid: number }>(
@@ -46,8 +40,9 @@ async function backends(pool: pg.Pool): Promise<Map<number, number>> {
 
 export async function cpuSplit(options: {
   /**
-   * Each variant measured, and its server: its URL and the pid of a process that serves it alone. In a shared process a variant's
-   * CPU would include what the others do there: the collector walking their heaps, their replay caches' checks.
+   * Each variant measured, and its server: its URL and the pid of a process that serves it alone, warmed up (see
+   * warmUpProcess). In a shared process a variant's CPU would include what the others do there: the collector
+   * walking their heaps, their replay caches' checks.
    */
   servers: Record<string, { url: string; pid: number }>
   /** A pool on the bench database, to find its backends. */
@@ -59,11 +54,6 @@ export async function cpuSplit(options: {
   type Samples = Record<'server' | 'backend' | 'postgres' | 'load' | 'writes' | 'rps', number[]>
   const samples = new Map<string, Samples>()
   const servers = Object.entries(options.servers)
-  for (const [variant, { url }] of servers) {
-    const prefix = `cpu-warm-up-${variant}-${randomUUID()}`
-    for (let pass = 0; pass < 2; pass++)
-      await load({ url, connections: 10, amount: PROCESS_WARM_UP, nextKey: keySequence(prefix) })
-  }
   for (let round = 0; round < options.rounds; round++) {
     for (const [variant, { url, pid }] of servers) {
       for (const path of ['first', 'replay'] as const) {
