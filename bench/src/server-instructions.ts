@@ -6,12 +6,15 @@
 // collector and the optimizing compiler, which run in bursts (a major collection falls in one window and not the
 // next). The request path is the part a change to the engine or an adapter moves, and it repeats to about 1% between
 // runs whatever else the machine does (throughput on this shared machine moves by 10% and more between blocks).
-// It does not see what instructions do not count: cache misses, system calls, the kernel's loopback TCP.
+// It does not see what instructions do not count: cache misses, system calls, the kernel's loopback TCP. And a server
+// under callgrind answers about 70 requests a second, so work done on a timer (the replay cache's replication check,
+// at most every 100 ms) falls on one request in 7 there, against one in 250 at full speed: it is overstated.
 //
 //   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pnpm --filter @oncely/bench server-instructions -- \
 //     [--variants sql-floor,oncely-lock] [--warm-up 4000] [--requests 4000] [--top 30]
 //
-// Needs valgrind (Debian: apt-get install valgrind); each variant takes a few minutes.
+// Needs valgrind (Debian: apt-get install valgrind); each variant takes a few minutes. It runs the built packages, as
+// the bench server does: `pnpm turbo run build --filter=./packages/*` after a change.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
