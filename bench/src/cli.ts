@@ -70,9 +70,9 @@ const needsServer = (['server', 'storm', 'scale', 'cpu', 'adapters'] as const).s
 )
 /**
  * Starts each of `names` in a bench server process of its own, warmed up to its steady state (see warmUpProcess),
- * for the suites that judge one variant against another: in the shared process a variant pays for what the others do there (the heap the collector walks, the
- * replay caches' background checks), and oncely's ratio to the floor read up to 0.04 higher there than alone. A
- * variant that fails to set up is left out, as in the shared process.
+ * for the suites that judge one variant against another: in the shared process a variant pays for what the others
+ * do there (the heap the collector walks, the replay caches' background checks), and oncely's ratio to the floor read
+ * up to 0.04 higher there than alone. A variant that fails to set up is left out, as in the shared process.
  */
 async function startAlone(names: readonly string[]) {
   const started = await Promise.allSettled(

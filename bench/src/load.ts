@@ -91,7 +91,6 @@ export async function load(options: LoadOptions): Promise<LoadResult> {
   }
 }
 
-/** A key generator: `<prefix>-0`, `<prefix>-1`, ... wrapping around after `size` keys when `size` is given. */
 /**
  * First executions a server process of its own serves before it is measured. V8 compiles a process's hot functions
  * over its first few thousand requests: a fresh bench server spent about a second compiling per 1,000 requests over
@@ -113,6 +112,7 @@ export async function warmUpProcess(url: string, prefix: string): Promise<void> 
   await load({ url, connections: 10, amount: 2_000, nextKey: () => `${prefix}-${replayed + next++}` })
 }
 
+/** A key generator: `<prefix>-0`, `<prefix>-1`, ... wrapping around after `size` keys when `size` is given. */
 export function keySequence(prefix: string, size?: number): () => string {
   let next = 0
   return () => {

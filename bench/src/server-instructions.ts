@@ -4,7 +4,7 @@
 // instructions are split into what the request path itself runs (the JIT's code, V8's builtins and runtime, Node's
 // C++ and libc: "request path") and the two parts a window of a few thousand requests catches unevenly, the
 // collector and the optimizing compiler, which run in bursts (a major collection falls in one window and not the
-// next). The request path is the part a change to the engine or an adapter moves, and it repeats to about 1% between
+// next). The request path is the part a change to the engine or an adapter moves, and it repeats to 1% to 3% between
 // runs whatever else the machine does (throughput on this shared machine moves by 10% and more between blocks).
 // It does not see what instructions do not count: cache misses, system calls, the kernel's loopback TCP. And a server
 // under callgrind answers about 70 requests a second, so work done on a timer (the replay cache's replication check,

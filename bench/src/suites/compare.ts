@@ -200,7 +200,7 @@ export async function headToHead(options: {
   log(
     `\nhead to head, ${shape.name}: ${options.a} against ${options.b}, ${options.blocks} blocks of four runs`,
   )
-  // No warm-up here: each side is a process of its own, warmed to its steady state when it started (see warmUpProcess).
+  // No warm-up here: each side is a process of its own, warmed to its steady state when it started (warmUpProcess).
   const ratios: number[] = []
   let failed = 0
   for (let block = 0; block < options.blocks; block++) {
