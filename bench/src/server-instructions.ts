@@ -15,17 +15,16 @@
 //
 // Needs valgrind (Debian: apt-get install valgrind); each variant takes a few minutes. It runs the built packages, as
 // the bench server does: `pnpm turbo run build --filter=./packages/*` after a change.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { createInterface } from 'node:readline'
-import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createTestDatabase } from '@oncely/test-support'
 import { keySequence, load } from './load.js'
 import { LEDGER_SCHEMA } from './server/ledger.js'
+import { startServer } from './server/process.js'
 import { REGISTRY } from './server/registry.js'
 
 const { values } = parseArgs({
@@ -78,46 +77,29 @@ function functionsOf(file: string): Map<string, number> {
 
 const db = await createTestDatabase('server_instructions', { max: 2 })
 await db.pool.query(LEDGER_SCHEMA)
-const MAIN = fileURLToPath(new URL('./server/main.ts', import.meta.url))
 const dumps = mkdtempSync(path.join(tmpdir(), 'oncely-server-instructions-'))
 
 /** Instructions of every thread of `variant`'s server process over `requests` first executions, per function. */
 async function countOne(variant: string): Promise<Map<string, number>> {
   const tag = `${variant}-${randomUUID()}`
-  const child: ChildProcess = spawn(
-    'valgrind',
-    [
+  const server = await startServer({
+    databaseUrl: db.url,
+    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    poolSize: 10,
+    variants: [variant],
+    launcher: [
+      'valgrind',
       '--tool=callgrind',
       '--quiet',
       `--callgrind-out-file=${dumps}/${tag}.%p`,
       // V8 writes and rewrites machine code: valgrind must notice code changing in memory it did not load.
       '--smc-check=all-non-file',
       '--instr-atstart=no',
-      process.execPath,
-      '--import',
-      'tsx',
-      MAIN,
     ],
-    {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: {
-        ...process.env,
-        BENCH_DATABASE_URL: db.url,
-        BENCH_POOL_SIZE: '10',
-        BENCH_VARIANTS: variant,
-      },
-    },
-  )
+  })
   try {
-    const ready = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout! }).on('line', (line) => {
-        if (line.startsWith('READY ')) resolve(line.slice(6))
-      })
-      child.on('exit', () => reject(new Error(`the ${variant} server exited before it was ready`)))
-    })
-    const status = JSON.parse(ready)[variant] as { port: number } | { error: string }
-    if (!('port' in status)) throw new Error(`${variant} did not start: ${status.error}`)
-    const url = `http://127.0.0.1:${status.port}`
+    const url = server.urls[variant]
+    if (!url) throw new Error(`${variant} did not start: ${server.failed[variant]}`)
     const run = async (amount: number, label: string) => {
       const result = await load({ url, connections: 10, amount, nextKey: keySequence(`${tag}-${label}`) })
       const bad = result.errors + Object.entries(result.statuses).filter(([s]) => s !== '201').length
@@ -125,7 +107,7 @@ async function countOne(variant: string): Promise<Map<string, number>> {
         throw new Error(`${variant}: not every answer was a 201 (${JSON.stringify(result.statuses)})`)
     }
     if (warmUp > 0) await run(warmUp, 'warm-up')
-    const pid = String(child.pid)
+    const pid = String(server.pid)
     execFileSync('callgrind_control', ['--instr=on', pid], { stdio: 'ignore' })
     await run(requests, 'counted')
     execFileSync('callgrind_control', ['--dump', pid], { stdio: 'ignore' })
@@ -135,11 +117,7 @@ async function countOne(variant: string): Promise<Map<string, number>> {
     if (!dump) throw new Error(`callgrind wrote no dump for ${variant}`)
     return functionsOf(path.join(dumps, dump))
   } finally {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once('exit', resolve))
-      child.kill('SIGTERM')
-      await exited
-    }
+    await server.stop()
   }
 }
 

@@ -22,13 +22,20 @@ export async function startServer(options: {
   variants: readonly string[]
   /** Extra environment for the server process. */
   env?: Record<string, string>
+  /**
+   * A command that runs Node for the server, with its own arguments first (e.g. `['valgrind', '--tool=callgrind']`):
+   * the server's pid is then the launcher's, which such a tool keeps.
+   */
+  launcher?: readonly string[]
 }): Promise<BenchServer> {
   // BENCH_SERVER_NODE_ARGS adds Node flags to the server process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? []
   // The server runs oncely's built packages (dist), as users do, not its sources: through tsx every closure the engine
   // creates per request would also pay for a function-name wrapper that the build does not have. `pnpm bench`
   // builds them first.
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', MAIN], {
+  const node = [process.execPath, ...nodeArgs, '--import', 'tsx', MAIN]
+  const [command, ...args] = [...(options.launcher ?? []), ...node] as [string, ...string[]]
+  const child = spawn(command, args, {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: {
       ...process.env,
